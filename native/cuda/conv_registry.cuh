@@ -1,0 +1,44 @@
+// The one list of GPU convolution variants (the optimisation ladder). Python asks this registry, through
+// pyconv._gpu.variants(), for names, ladder steps and supported shapes; nothing else holds a list.
+//
+// Every launcher has the same contract: x[B][C][H][W] and k[M][C][K][K] are float32 on the device (or, when
+// x_on_host is set, x is pinned host memory the variant streams itself), y is a device buffer, the work is queued
+// on `stream`, every launch is checked, nothing is synchronised unless the variant needs it.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include "common/conv_shape.hpp"
+
+namespace pyconv {
+
+// What the variant writes to y.
+enum class Epilogue {
+  None,          // y[B][M][Ho][Wo] = conv(x, k)
+  TanhMaxPool2,  // y[B][M][Ho/2][Wo/2] = maxpool2x2/2(tanh(conv(x, k))) -- the layer never stores un-pooled
+};
+
+using ConvLaunchFn = void (*)(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t stream);
+// Returns an empty string when the shape is supported, else why not (shown to the user verbatim).
+using ConvSupportsFn = std::string (*)(const ConvShape& s);
+
+struct GpuConvVariant {
+  const char* name;     // e.g. "gpu-baseline"; CLI --impl and bench rows use it
+  int step;             // position on the ladder (file native/cuda/conv_NN_*.cu)
+  const char* summary;  // one line: what this step changes
+  ConvLaunchFn launch;
+  ConvSupportsFn supports;  // nullptr: every valid shape
+  Epilogue epilogue = Epilogue::None;
+  bool x_on_host = false;   // x is pinned host memory; the variant overlaps its own copies with compute
+};
+
+const std::vector<GpuConvVariant>& gpu_conv_variants();
+const GpuConvVariant& find_gpu_conv_variant(const std::string& name);  // throws std::invalid_argument
+std::string why_unsupported(const GpuConvVariant& v, const ConvShape& s);  // "" when supported
+
+// The ladder's launchers, one per file native/cuda/conv_NN_<technique>.cu.
+void conv_fwd_gpu_baseline(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+
+}  // namespace pyconv
