@@ -1,0 +1,120 @@
+"""pyconv's command line: thin Invoke tasks over the pyconv package (the logic lives in pyconv/ and native/).
+
+    invoke --list              every task
+    invoke <task> --help       its flags
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from invoke import Exit, task
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+
+def user_errors(fn):
+    """Turn the project's own errors into one line on stderr and exit status 1 (no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from pyconv.errors import PyconvError
+
+        try:
+            return fn(*args, **kwargs)
+        except PyconvError as e:
+            raise Exit(f"error: {e}", code=1) from None
+
+    return wrapper
+
+
+@task(help={"source": "folder holding the four Fashion-MNIST .gz (or raw idx) files; else $FASHION_MNIST_DIR, "
+                      "/usr/share/datasets/fashion-mnist (apt package dataset-fashion-mnist), the official URLs",
+            "force": "rebuild datasets/fashion-mnist.h5 even when a valid one exists"})
+@user_errors
+def data(c, source=None, force=False):
+    """Fetch and verify Fashion-MNIST, write datasets/fashion-mnist.h5 (28x28 and the course's 48/64/72 sets)."""
+    from pyconv import data as d
+
+    d.prepare(source=source, force=force)
+
+
+@task(help={"build_dir": "CMake build folder (default build/)", "debug": "Debug instead of Release",
+            "clean": "delete the build folder first", "jobs": "parallel compile jobs (default: all cores)",
+            "cuda_arch": "CUDA architectures, e.g. 90 or native (default: native with a GPU, else 80;90)",
+            "portable": "no -march=native for the CPU module (to carry the build to another CPU)"})
+def build(c, build_dir="build", debug=False, clean=False, jobs=0, cuda_arch="", portable=False):
+    """Configure and build the native modules (pyconv._cpu always, pyconv._gpu when nvcc and cuBLAS are found)."""
+    import pybind11
+
+    bdir = ROOT / build_dir
+    if clean and bdir.exists():
+        shutil.rmtree(bdir)
+    args = [f"-S {ROOT}", f"-B {bdir}", f"-DCMAKE_BUILD_TYPE={'Debug' if debug else 'Release'}",
+            f"-Dpybind11_DIR={pybind11.get_cmake_dir()}", f"-DPython_EXECUTABLE={sys.executable}",
+            f"-DPYCONV_NATIVE_ARCH={'OFF' if portable else 'ON'}"]
+    try:
+        import nvidia
+
+        for base in nvidia.__path__:
+            for sub in ("cu13", "cublas", "cu12"):
+                if (Path(base) / sub / "include" / "cublas_v2.h").exists():
+                    args.append(f"-DPYCONV_CUBLAS_ROOT={Path(base) / sub}")
+                    break
+    except ImportError:
+        pass
+    if cuda_arch:
+        args.append(f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}")
+    if not (bdir / "CMakeCache.txt").exists() or cuda_arch or debug or portable:
+        c.run("cmake " + " ".join(args))
+    c.run(f"cmake --build {bdir} --parallel {jobs or os.cpu_count()}")
+
+
+@task(help={"source": "as for `invoke data`"})
+def setup(c, source=None):
+    """Everything a fresh checkout needs: data, then build (Python packages come from requirements.txt)."""
+    data(c, source=source)
+    build(c)
+
+
+@task(help={"symbol": "the MXNet *-symbol.json", "params": "the MXNet *-NNNN.params",
+            "name": "name of the new model (written to datasets/models/imported/NAME.h5)",
+            "input_size": "input image size (default: 48, Spring 2019)", "force": "overwrite an imported model"})
+@user_errors
+def import_mxnet(c, symbol, params, name, input_size=48, force=False):
+    """Convert an MXNet checkpoint (symbol JSON + .params) into the project's HDF5 model format, without MXNet."""
+    from pyconv import mxnet_import
+
+    path = mxnet_import.import_checkpoint(symbol, params, name, input_size=int(input_size), force=force)
+    print(f"wrote {path}")
+
+
+@task(help={"m": "milestone: 1, 2, 3, 4 or final", "batch": "number of test images, 1..10000 (default 10000)",
+            "model": "model name (default ece408; `invoke models` lists them)",
+            "impl": "convolution implementation (m2: cpu-naive|cpu-fast|numpy; m3/4/final: a GPU variant)",
+            "posix": "print the `time -p` form (real/user/sys) instead of GNU time's default block",
+            "device": "m1 only: cpu, gpu or both", "gpus": "final only: number of GPUs or 'all'"})
+@user_errors
+def milestone(c, m, batch=10000, model="ece408", impl=None, posix=False, device="both", gpus="1"):
+    """Run a course milestone: prints Op Time per conv layer and Correctness, logs a /usr/bin/time block."""
+    from pyconv import milestones
+
+    code = milestones.run(m, batch=batch, model=model, impl=impl, posix=posix, device=device, gpus=gpus)
+    if code:
+        raise Exit(code=code)
+
+
+@task
+@user_errors
+def models(c):
+    """List the available models with their architecture."""
+    from pyconv.model import available_models, load_model
+
+    for name in available_models():
+        m = load_model(name)
+        print(f"{name:16s} {m.arch:6s} {m.summary()}")
