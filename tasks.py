@@ -118,3 +118,31 @@ def models(c):
     for name in available_models():
         m = load_model(name)
         print(f"{name:16s} {m.arch:6s} {m.summary()}")
+
+
+@task(help={"arch": "architecture: fa17, sp18, fa18 or sp19 (pyconv/archs.py)",
+            "name": "name of the new model (written to datasets/models/NAME.h5)",
+            "epochs": "passes over the 60000 training images, >= 1 (default 2)",
+            "seed": "seed of the initialisation and the shuffling: same seed, same weights on one machine (default 0)",
+            "batch_size": "images per training step (default 64)", "lr": "Adam learning rate (default 0.001)",
+            "max_batches": "stop after this many steps in all (for a deliberately under-trained model)",
+            "force": "overwrite an existing model file of that name"})
+@user_errors
+def train(c, arch, name, epochs=2, seed=0, batch_size=64, lr=None, max_batches=None, force=False):
+    """Train a course network with PyTorch on Fashion-MNIST and write it as a model file (needs PyTorch)."""
+    from pyconv import train as t
+
+    path = t.train(arch, name, epochs=epochs, seed=seed, batch_size=batch_size, lr=1e-3 if lr is None else lr,
+                   max_batches=max_batches, force=force)
+    print(f"wrote {path}")
+
+
+@task
+@user_errors
+def accuracy_table(c):
+    """Measure every shipped model at 100/1000/10000 (milestone-2 engine); write results/model-accuracy.{json,md}."""
+    from pyconv import train as t
+
+    t.accuracy_table()
+    print(f"wrote {t.ACCURACY_JSON} and {t.ACCURACY_MD}")
+    print(t.ACCURACY_MD.read_text(), end="")

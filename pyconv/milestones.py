@@ -117,6 +117,8 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
     if device not in ("cpu", "gpu", "both"):
         raise PyconvError(f"--device must be cpu, gpu or both, got '{device}'")
     data.require_data()
+    if m == "1":
+        return _run_m1(batch, model, device, posix)
     argv = [sys.executable, "-m", "pyconv.milestones", "--m", m, "--batch", str(batch), "--model", model,
             "--device", device, "--gpus", str(gpus)]
     if impl:
@@ -124,6 +126,29 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
     tag = f"m{m}-{model}-b{batch}" + (f"-{impl}" if impl else "")
     code, log, _ = timelog.run_timed(argv, tag=tag, posix=posix)
     print(f"log: {log}")
+    return code
+
+
+def _run_m1(batch: int, model: str, device: str, posix: bool) -> int:
+    """Milestone 1: one timed child per device, so m1.1 (CPU) and m1.2 (GPU) each get their own time block and
+    log. Without a visible CUDA GPU, m1.2 is skipped in one line (an error when it was the only one asked for)."""
+    from .framework import cuda_available, require_torch
+
+    require_torch()  # fail here, naming the extra, before starting a child
+    code = 0
+    for sub, dev in (("m1.1", "cpu"), ("m1.2", "gpu")):
+        if device not in (dev, "both"):
+            continue
+        if dev == "gpu" and not cuda_available():
+            if device == "gpu":
+                raise PyconvError("m1.2 needs a CUDA GPU: PyTorch sees none (torch.cuda.is_available() is False)")
+            print(f"{sub}: no CUDA GPU visible; skipped", flush=True)
+            continue
+        argv = [sys.executable, "-m", "pyconv.milestones", "--m", "1", "--batch", str(batch), "--model", model,
+                "--device", dev]
+        sub_code, log, _ = timelog.run_timed(argv, tag=f"{sub}-{model}-b{batch}", posix=posix)
+        print(f"log: {log}")
+        code = code or sub_code
     return code
 
 

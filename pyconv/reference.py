@@ -19,9 +19,13 @@ def conv2d(x: np.ndarray, k: np.ndarray) -> np.ndarray:
     kh, kw = k.shape[2:]
     if kh > x.shape[2] or kw > x.shape[3]:
         raise PyconvError(f"conv2d: kernel {kh}x{kw} is larger than the input {x.shape[2]}x{x.shape[3]}")
-    win = sliding_window_view(x, (kh, kw), axis=(2, 3))  # B, C, Ho, Wo, K, K (a view, no copy)
-    y = np.tensordot(win, k.astype(np.float64), axes=([1, 4, 5], [1, 2, 3]))  # B, Ho, Wo, M
-    return np.ascontiguousarray(y.transpose(0, 3, 1, 2)).astype(np.float32)
+    ho, wo = x.shape[2] - kh + 1, x.shape[3] - kw + 1
+    k64 = k.astype(np.float64)
+    y = np.zeros((k.shape[0], x.shape[0], ho, wo), dtype=np.float64)  # M, B, Ho, Wo
+    for p in range(kh):  # one tap at a time: a [M][C] x [C][B*Ho*Wo] product each, in float64
+        for q in range(kw):
+            y += np.tensordot(k64[:, :, p, q], x[:, :, p:p + ho, q:q + wo], axes=([1], [1]))
+    return np.ascontiguousarray(y.transpose(1, 0, 2, 3), dtype=np.float32)
 
 
 def pool2d(x: np.ndarray, kernel: int, stride: int, mode: str = "max") -> np.ndarray:

@@ -98,18 +98,19 @@ def parse_posix(text: str) -> dict:
     return {k: float(v) for k, v in m.groupdict().items()}
 
 
-def log_path(tag: str) -> Path:
-    """logs/<tag>-<date>-<time>-<pid>.log: unique per run, so concurrent runs never share a log."""
+def log_path(tag: str, pid: int) -> Path:
+    """logs/<tag>-<date>-<time>-<child pid>.log: unique per run, so concurrent runs never share a log."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return paths.LOGS / f"{tag}-{stamp}-{os.getpid()}.log"
+    return paths.LOGS / f"{tag}-{stamp}-{pid}.log"
 
 
 def run_timed(argv: list[str], tag: str, posix: bool = False, env: dict | None = None,
-              echo=sys.stdout) -> tuple[int, Path, TimeRecord]:
+              echo=None) -> tuple[int, Path, TimeRecord]:
     """Run argv as a child, echo its output live, then print and log the time block.
 
     Returns (exit status, log path, record). The log holds the program's output followed by the time block;
     it is written atomically once the child has ended."""
+    echo = echo or sys.stdout
     start = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, bufsize=1)
     captured = []
@@ -127,6 +128,6 @@ def run_timed(argv: list[str], tag: str, posix: bool = False, env: dict | None =
     block = rec.posix() if posix else rec.gnu()
     echo.write(block + "\n")
     echo.flush()
-    path = log_path(tag)
+    path = log_path(tag, proc.pid)
     write_text_atomic(path, "".join(captured) + block + "\n")
     return code, path, rec

@@ -4,6 +4,8 @@
 #include <pybind11/stl.h>
 #include <omp.h>
 
+#include <optional>
+
 #include "common/pyarray.hpp"
 #include "cpu/conv_cpu.hpp"
 
@@ -29,23 +31,28 @@ PYBIND11_MODULE(_cpu, m) {
 
   m.def(
       "conv",
-      [](const std::string& name, const py::array& x, const py::array& k) {
+      [](const std::string& name, const py::array& x, const py::array& k, std::optional<py::array> out) {
         const CpuConvVariant& v = find_cpu_conv_variant(name);
         const ConvShape s = conv_shape_of(x, k);
-        py::array_t<float> y({s.B, s.M, s.Ho(), s.Wo()});
+        py::array y = out ? *out : py::array(py::array_t<float>({s.B, s.M, s.Ho(), s.Wo()}));
+        require_array<float>(y, "out", 4);
+        if (y.shape(0) != s.B || y.shape(1) != s.M || y.shape(2) != s.Ho() || y.shape(3) != s.Wo())
+          throw std::invalid_argument("out: shape must be [" + std::to_string(s.B) + ", " + std::to_string(s.M) +
+                                      ", " + std::to_string(s.Ho()) + ", " + std::to_string(s.Wo()) + "]");
+        if (!y.writeable()) throw std::invalid_argument("out: array is read-only");
         const float* xp = static_cast<const float*>(x.data());
         const float* kp = static_cast<const float*>(k.data());
-        float* yp = y.mutable_data();
+        float* yp = static_cast<float*>(y.mutable_data());
         {
           py::gil_scoped_release release;
           v.fn(xp, kp, yp, s);
         }
         return y;
       },
-      py::arg("name"), py::arg("x"), py::arg("k"),
-      "y = conv(name, x, k): valid, stride-1, no-bias cross-correlation of x[B][C][H][W] (float32, C-contiguous)\n"
-      "with k[M][C][K][K], giving y[B][M][H-K+1][W-K+1]. Raises ValueError on a wrong dtype, rank, layout or\n"
-      "shape, or an unknown variant name.");
+      py::arg("name"), py::arg("x"), py::arg("k"), py::arg("out") = py::none(),
+      "y = conv(name, x, k, out=None): valid, stride-1, no-bias cross-correlation of x[B][C][H][W] (float32,\n"
+      "C-contiguous) with k[M][C][K][K], giving y[B][M][H-K+1][W-K+1], written into `out` when given (tests\n"
+      "poison it first). Raises ValueError on a wrong dtype, rank, layout or shape, or an unknown variant.");
 
   m.def(
       "max_threads", [] { return omp_get_max_threads(); }, "OpenMP threads cpu-fast will use.");

@@ -1,0 +1,67 @@
+"""The course's networks, one per semester, as pyconv.model layer lists (without weights).
+
+Every one: convolution valid, stride 1, no bias; tanh; max-pool 2/2; fully connected with bias; softmax last.
+The input is one grey channel of raw 0..255 pixels at the architecture's size (Fashion-MNIST resized).
+
+    arch  input  layers
+    fa17  28x28  conv 50@5x5 -> tanh -> pool -> FC 500 -> tanh -> FC 10
+    sp18  64x64  conv 6@5x5 -> tanh -> pool -> conv 16@5x5 -> FC 140 -> tanh -> FC 10
+    fa18  72x72  conv 12@7x7 -> tanh -> pool -> conv 24@7x7 -> FC 160 -> tanh -> FC 10
+    sp19  48x48  conv 6@5x5 -> tanh -> pool -> conv 16@5x5 -> FC 140 -> tanh -> FC 10
+(sp18, fa18 and sp19 have no activation or pooling after their second convolution: the course's networks went
+straight from conv2 to the flatten.)"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import PyconvError
+from .model import Layer, Model
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str
+    semester: str
+    input_size: int
+    convs: tuple[tuple[int, int], ...]  # (out_channels, kernel) per conv layer
+    hidden: int  # width of the hidden fully connected layer
+    pool_after_conv2: bool = False  # none of the course's networks had one; kept explicit for the table
+    classes: int = 10
+
+
+ARCHS: dict[str, Arch] = {
+    "fa17": Arch("fa17", "Fall 2017", 28, ((50, 5),), 500),
+    "sp18": Arch("sp18", "Spring 2018", 64, ((6, 5), (16, 5)), 140),
+    "fa18": Arch("fa18", "Fall 2018", 72, ((12, 7), (24, 7)), 160),
+    "sp19": Arch("sp19", "Spring 2019", 48, ((6, 5), (16, 5)), 140),
+}
+
+
+def get_arch(name: str) -> Arch:
+    try:
+        return ARCHS[name]
+    except KeyError:
+        raise PyconvError(f"unknown architecture '{name}' (known: {', '.join(ARCHS)})") from None
+
+
+def layers(name: str) -> list[Layer]:
+    """The layer list of architecture `name` (weights None): conv1 -> tanh -> pool [-> conv2] -> flatten ->
+    fc1 -> tanh -> fc2 -> softmax."""
+    arch = get_arch(name)
+    out: list[Layer] = []
+    for i, (channels, kernel) in enumerate(arch.convs):
+        out.append(Layer(type="conv", name=f"conv{i + 1}", out_channels=channels, kernel=kernel))
+        if i == 0 or arch.pool_after_conv2:
+            out += [Layer(type="tanh"), Layer(type="pool", mode="max", kernel=2, stride=2)]
+    out += [Layer(type="flatten"),
+            Layer(type="fc", name="fc1", out_features=arch.hidden), Layer(type="tanh"),
+            Layer(type="fc", name="fc2", out_features=arch.classes), Layer(type="softmax")]
+    return out
+
+
+def empty_model(arch_name: str, name: str, description: str = "") -> Model:
+    """A Model of architecture `arch_name` whose weights are still to be filled in (e.g. by the trainer)."""
+    arch = get_arch(arch_name)
+    return Model(name=name, arch=arch.name, input_shape=(1, arch.input_size, arch.input_size),
+                 layers=layers(arch_name), description=description)

@@ -1,0 +1,54 @@
+"""The native CPU convolutions against the numpy reference, and their argument checks."""
+
+import numpy as np
+import pytest
+from conftest import assert_close, random_conv_inputs, random_conv_shapes
+
+from pyconv import reference
+
+_cpu = pytest.importorskip("pyconv._cpu", reason="native CPU module not built (invoke build)")
+NAMES = [v["name"] for v in _cpu.variants()]
+
+
+def test_registry_lists_both_variants():
+    assert {"cpu-naive", "cpu-fast"} <= set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_matches_reference_on_random_shapes(name, rng):
+    shapes = random_conv_shapes(rng, 220)
+    for shape in shapes:
+        x, k = random_conv_inputs(rng, shape)
+        b, c, h, w, m, kk = shape
+        out = np.full((b, m, h - kk + 1, w - kk + 1), np.nan, dtype=np.float32)  # poisoned
+        y = _cpu.conv(name, x, k, out)
+        assert y is out or np.shares_memory(y, out)
+        # float32 accumulation over C*K*K terms of magnitude <= 1: absolute error grows like sqrt(C*K*K)
+        assert_close(out, reference.conv2d(x, k), rtol=1e-5, atol=1e-6 * np.sqrt(c * kk * kk) * 4, what=f"{name} {shape}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_batch_of_course_size(name, rng):
+    x, k = random_conv_inputs(rng, (64, 6, 22, 22, 16, 5))
+    assert_close(_cpu.conv(name, x, k), reference.conv2d(x, k), rtol=1e-5, atol=1e-5, what=name)
+
+
+def test_argument_errors():
+    x = np.ones((2, 3, 8, 8), np.float32)
+    k = np.ones((4, 3, 3, 3), np.float32)
+    cases = [
+        ((x.astype(np.float64), k), "dtype"),
+        ((x, k.astype(np.int32)), "dtype"),
+        ((x[0], k), "4-D"),
+        ((x[:, :, :, ::2], k), "C-contiguous"),
+        ((x, np.ones((4, 2, 3, 3), np.float32)), "channels"),
+        ((x, np.ones((4, 3, 9, 9), np.float32)), "larger than the input"),
+        ((x, np.ones((4, 3, 3, 2), np.float32)), "square"),
+    ]
+    for args, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            _cpu.conv("cpu-fast", *args)
+    with pytest.raises(ValueError, match="unknown CPU convolution 'nope'"):
+        _cpu.conv("nope", x, k)
+    with pytest.raises(ValueError, match="out: shape"):
+        _cpu.conv("cpu-naive", x, k, np.zeros((2, 4, 5, 5), np.float32))
