@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -123,7 +124,7 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
             "--device", device, "--gpus", str(gpus)]
     if impl:
         argv += ["--impl", impl]
-    tag = f"m{m}-{model}-b{batch}" + (f"-{impl}" if impl else "")
+    tag = f"m{m}-{Path(model).stem}-b{batch}" + (f"-{impl}" if impl else "")
     code, log, _ = timelog.run_timed(argv, tag=tag, posix=posix)
     print(f"log: {log}")
     return code
