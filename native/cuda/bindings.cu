@@ -370,6 +370,22 @@ PYBIND11_MODULE(_gpu, m) {
           },
           py::arg("images"), py::arg("impls"), py::arg("warmup") = 2, py::arg("reps") = 10,
           "Milliseconds per rep of the whole network with the images already on the device (CUDA events).")
+      .def(
+          "logits",
+          [](PyNetwork& self, const py::array& images, const std::vector<std::string>& impls) {
+            const InputType t = check_images(images, self.input_shape);
+            std::vector<float> out;
+            {
+              py::gil_scoped_release release;
+              out = self.net->logits(images.data(), t, images.shape(0), impls);
+            }
+            py::array_t<float> a({py::ssize_t(images.shape(0)), py::ssize_t(self.net->classes())});
+            std::memcpy(a.mutable_data(), out.data(), out.size() * sizeof(float));
+            return a;
+          },
+          py::arg("images"), py::arg("impls"),
+          "The last layer's activations float32[N][classes] (a trailing softmax is not applied: it cannot change\n"
+          "the labels); one pass, no splitting. For tests of the layer kernels.")
       .def_property_readonly("peak_bytes", [](const PyNetwork& self) { return self.net->peak_bytes(); },
                              "Most device bytes this network's buffers (weights included) have held.")
       .def_property_readonly("conv_layers", [](const PyNetwork& self) { return self.net->conv_count(); })

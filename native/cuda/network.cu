@@ -172,7 +172,7 @@ void GpuNetwork::release_activations() noexcept {
   }
 }
 
-void GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing, std::vector<double>& op_seconds,
+const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing, std::vector<double>& op_seconds,
                           std::vector<Event>* events, const float* host_x) {
   const cudaStream_t st = L.stream.get();
   float* cur = L.a.get();
@@ -222,6 +222,7 @@ void GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing
     }
   }
   argmax_rows(cur, L.labels.get(), rows, plan.classes, st);
+  return cur;
 }
 
 void GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks,
@@ -357,6 +358,42 @@ std::vector<float> GpuNetwork::forward_resident(const void* images, InputType ty
     if (i >= warmup) ms.push_back(t);
   }
   return ms;
+}
+
+std::vector<float> GpuNetwork::logits(const void* images, InputType type, int64_t n,
+                                     const std::vector<std::string>& impls) {
+  if (n < 1) throw std::invalid_argument("logits: need at least one image");
+  CUDA_CHECK(cudaSetDevice(device_));
+  const Plan plan = make_plan(impls);
+  const int64_t in_elems = C_ * H_ * W_;
+  const size_t in_bytes = size_t(in_elems) * (type == InputType::U8 ? 1 : sizeof(float));
+  ensure_lanes(1);
+  Lane& L = *lanes_[0];
+  size_lane(L, n, type == InputType::U8);
+  note_peak();
+  const cudaStream_t st = L.stream.get();
+  std::vector<float> host_x;
+  if (plan.host_input) {
+    host_x.resize(size_t(n * in_elems));
+    if (type == InputType::U8)
+      std::transform(static_cast<const uint8_t*>(images), static_cast<const uint8_t*>(images) + n * in_elems,
+                     host_x.begin(), [](uint8_t v) { return float(v); });
+    else
+      std::memcpy(host_x.data(), images, size_t(n) * in_bytes);
+    staging_f32_.resize(host_x.size());
+    std::memcpy(staging_f32_.get(), host_x.data(), host_x.size() * sizeof(float));
+  } else if (type == InputType::U8) {
+    CUDA_CHECK(cudaMemcpyAsync(L.in_u8.get(), images, size_t(n) * in_bytes, cudaMemcpyHostToDevice, st));
+    u8_to_f32(L.in_u8.get(), L.a.get(), size_t(n * in_elems), st);
+  } else {
+    CUDA_CHECK(cudaMemcpyAsync(L.a.get(), images, size_t(n) * in_bytes, cudaMemcpyHostToDevice, st));
+  }
+  std::vector<double> unused(conv_count_, 0.0);
+  const float* last = run_lane(L, n, plan, Timing::None, unused, nullptr, plan.host_input ? staging_f32_.get() : nullptr);
+  std::vector<float> out(size_t(n * plan.classes));
+  CUDA_CHECK(cudaMemcpyAsync(out.data(), last, out.size() * sizeof(float), cudaMemcpyDeviceToHost, st));
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  return out;
 }
 
 }  // namespace pyconv

@@ -65,7 +65,12 @@ class GpuNetwork {
   std::vector<float> forward_resident(const void* images, InputType type, int64_t n,
                                       const std::vector<std::string>& impls, int warmup, int reps);
 
+  // The network's final activations out[n][classes] (one chunk, softmax skipped like in forward): the test hook
+  // that checks every layer kernel against the numpy reference through small networks.
+  std::vector<float> logits(const void* images, InputType type, int64_t n, const std::vector<std::string>& impls);
+
   size_t conv_count() const { return conv_count_; }
+  int64_t classes() const { return layers_.back().out_c; }
   size_t peak_bytes() const { return peak_bytes_; }
   size_t bytes_held() const;
   int device() const { return device_; }
@@ -111,8 +116,8 @@ class GpuNetwork {
   void release_activations() noexcept;
   void note_peak(size_t extra = 0);
   // Queues every step for `rows` images whose float input is in L.a (or host_x for a host-input variant);
-  // the labels end in L.labels. events: 2 per conv (start, stop) when timing == Events.
-  void run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing, std::vector<double>& op_seconds,
+  // the labels end in L.labels and the returned pointer holds the last activations. events: 2 per conv (start, stop) when timing == Events.
+  const float* run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing, std::vector<double>& op_seconds,
                 std::vector<Event>* events, const float* host_x);
   void run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks, int streams,
                 int32_t* labels_out, std::vector<double>& op_seconds);
