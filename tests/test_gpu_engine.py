@@ -360,3 +360,27 @@ def test_shipped_models_predict_as_the_cpu_engine():
         gpu_labels = network_of(model).forward(x, ["gpu-baseline"] * len(model.convs))["labels"]
         sure = clear_margin(cpu.probabilities, 1e-4)
         np.testing.assert_array_equal(gpu_labels[sure], cpu.labels[sure], err_msg=name)
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_milestone_3_correctness_equals_the_cpu_path(capsys):
+    from pyconv import paths
+    from pyconv.engine import forward_cpu
+    from pyconv.milestones import accuracy, load_inputs
+    from pyconv.model import DEFAULT_MODEL, available_models, load_model
+
+    if not paths.DATA_FILE.exists() or DEFAULT_MODEL not in available_models():
+        pytest.skip("needs datasets/fashion-mnist.h5 (invoke data) and the default model")
+    from pyconv.gpu_engine import run_gpu_milestone
+
+    model = load_model(DEFAULT_MODEL)
+    x, labels = load_inputs(model, 1000)
+    run_gpu_milestone("3", model, x, labels)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "New Inference"
+    assert sum(line.startswith("Op Time: ") for line in out) == len(model.convs)
+    cpu = forward_cpu(model, x.astype(np.float32), "numpy")
+    assert out[-1] == f"Correctness: {accuracy(cpu.labels, labels):.4g} Model: {model.name}"
+    with pytest.raises(PyconvError, match="known: gpu-baseline"):
+        run_gpu_milestone("3", model, x, labels, impl="cpu-fast")
