@@ -5,26 +5,27 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "common/pyarray.hpp"
 #include "cuda/conv_registry.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/device_buffer.cuh"
+#include "cuda/layers.cuh"
+#include "cuda/network.cuh"
+#include "cuda/probes.cuh"
 
 namespace py = pybind11;
 using namespace pyconv;
 
 namespace {
 
-void require_gpu() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free error so a later call reports afresh
-    throw CudaError(std::string("no usable CUDA GPU: ") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
-  }
-  if (n == 0) throw CudaError("no usable CUDA GPU: the driver reports 0 devices");
+int64_t product(const std::vector<int64_t>& v) {
+  int64_t n = 1;
+  for (int64_t d : v) n *= d;
+  return n;
 }
 
 const char* epilogue_name(Epilogue e) { return e == Epilogue::TanhMaxPool2 ? "tanh-maxpool2" : "none"; }
@@ -33,6 +34,123 @@ std::vector<int64_t> out_shape(const GpuConvVariant& v, const ConvShape& s) {
   if (v.epilogue == Epilogue::TanhMaxPool2) return {s.B, s.M, s.Ho() / 2, s.Wo() / 2};
   return {s.B, s.M, s.Ho(), s.Wo()};
 }
+
+// Times `reps` runs of `launch(stream)` after `warmup` untimed ones, CUDA events around each; milliseconds.
+template <typename F>
+std::vector<float> time_launches(F&& launch, int warmup, int reps) {
+  if (warmup < 0 || reps < 1) throw std::invalid_argument("timing: need warmup >= 0 and reps >= 1");
+  Stream stream;
+  Event start, stop;
+  std::vector<float> ms;
+  for (int i = 0; i < warmup + reps; ++i) {
+    start.record(stream.get());
+    launch(stream.get());
+    stop.record(stream.get());
+    const float t = stop.since(start);
+    if (i >= warmup) ms.push_back(t);
+  }
+  return ms;
+}
+
+// The inputs of a timed convolution, uploaded once (x in pinned host memory for an x_on_host variant).
+struct ConvInputs {
+  DeviceBuffer<float> dx, dk, dy, tmp;
+  PinnedBuffer<float> hx;
+  const float* x = nullptr;
+  ConvInputs(const GpuConvVariant& v, const ConvShape& s, const py::array& x_arr, const py::array& k_arr,
+             size_t ny) {
+    dk.upload(static_cast<const float*>(k_arr.data()), size_t(s.k_size()));
+    dy.resize(ny);
+    if (v.x_on_host) {
+      hx.resize(size_t(s.x_size()));
+      std::memcpy(hx.get(), x_arr.data(), size_t(s.x_size()) * sizeof(float));
+      x = hx.get();
+    } else {
+      dx.upload(static_cast<const float*>(x_arr.data()), size_t(s.x_size()));
+      x = dx.get();
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());  // the uploads ran on the legacy stream; timing runs on another
+  }
+};
+
+const GpuConvVariant& checked_variant(const std::string& name, const ConvShape& s) {
+  const GpuConvVariant& v = find_gpu_conv_variant(name);
+  const std::string why = why_unsupported(v, s);
+  if (!why.empty()) throw std::invalid_argument(why);
+  return v;
+}
+
+std::vector<float> to_float_vector(const py::handle& a, const char* what, int ndim, std::vector<int64_t>& shape) {
+  const py::array arr = py::reinterpret_borrow<py::array>(a);
+  require_array<float>(arr, what, ndim);
+  shape.assign(arr.shape(), arr.shape() + arr.ndim());
+  const float* p = static_cast<const float*>(arr.data());
+  return std::vector<float>(p, p + arr.size());
+}
+
+int64_t dict_int(const py::dict& d, const char* key) {
+  if (!d.contains(key)) throw std::invalid_argument(std::string("layer dict misses '") + key + "'");
+  return d[key].cast<int64_t>();
+}
+
+// Network(layers, weights, input_shape, device): the binding's side of GpuNetwork.
+std::unique_ptr<GpuNetwork> make_network(const py::list& layers, const py::list& weights,
+                                         const std::vector<int64_t>& input_shape, int device) {
+  if (layers.size() != weights.size())
+    throw std::invalid_argument("Network: one (weight, bias) pair per layer expected, got " +
+                                std::to_string(weights.size()) + " for " + std::to_string(layers.size()) + " layers");
+  if (input_shape.size() != 3) throw std::invalid_argument("Network: input_shape must be (C, H, W)");
+  std::vector<LayerDesc> descs;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const py::dict d = layers[i].cast<py::dict>();
+    LayerDesc L;
+    L.type = d["type"].cast<std::string>();
+    const py::tuple wb = weights[i].cast<py::tuple>();
+    if (wb.size() != 2) throw std::invalid_argument("Network: weights[" + std::to_string(i) + "] must be (weight, bias)");
+    std::vector<int64_t> bshape;
+    if (L.type == "conv") {
+      L.out_channels = dict_int(d, "out_channels");
+      L.kernel = dict_int(d, "kernel");
+      if (wb[0].is_none()) throw std::invalid_argument("Network: conv layer " + std::to_string(i) + " has no weight");
+      L.weight = to_float_vector(wb[0], "conv weight", 4, L.weight_shape);
+    } else if (L.type == "fc") {
+      L.out_features = dict_int(d, "out_features");
+      if (wb[0].is_none() || wb[1].is_none())
+        throw std::invalid_argument("Network: fc layer " + std::to_string(i) + " needs a weight and a bias");
+      L.weight = to_float_vector(wb[0], "fc weight", 2, L.weight_shape);
+      L.bias = to_float_vector(wb[1], "fc bias", 1, bshape);
+    } else if (L.type == "pool") {
+      L.mode = d["mode"].cast<std::string>();
+      L.kernel = dict_int(d, "kernel");
+      L.stride = dict_int(d, "stride");
+    }
+    descs.push_back(std::move(L));
+  }
+  return std::make_unique<GpuNetwork>(std::move(descs), input_shape[0], input_shape[1], input_shape[2], device);
+}
+
+// images[N][C][H][W], uint8 or float32, C-contiguous, matching the network's input shape.
+InputType check_images(const py::array& images, const std::vector<int64_t>& input_shape) {
+  InputType t;
+  if (py::dtype::of<uint8_t>().is(images.dtype())) {
+    require_array<uint8_t>(images, "images", 4);
+    t = InputType::U8;
+  } else {
+    require_array<float>(images, "images", 4);
+    t = InputType::F32;
+  }
+  for (int i = 0; i < 3; ++i)
+    if (images.shape(i + 1) != input_shape[size_t(i)])
+      throw std::invalid_argument("images: each image must be " + std::to_string(input_shape[0]) + "x" +
+                                  std::to_string(input_shape[1]) + "x" + std::to_string(input_shape[2]));
+  if (images.shape(0) < 1) throw std::invalid_argument("images: need at least one image");
+  return t;
+}
+
+struct PyNetwork {
+  std::unique_ptr<GpuNetwork> net;
+  std::vector<int64_t> input_shape;
+};
 
 }  // namespace
 
@@ -84,11 +202,13 @@ PYBIND11_MODULE(_gpu, m) {
           d["summary"] = v.summary;
           d["epilogue"] = epilogue_name(v.epilogue);
           d["x_on_host"] = v.x_on_host;
+          d["tolerance"] = v.tolerance > 0 ? v.tolerance : 1e-4;
           out.append(d);
         }
         return out;
       },
-      "The registry, in ladder order: {name, step, summary, epilogue, x_on_host} per variant.");
+      "The registry, in ladder order: {name, step, summary, epilogue, x_on_host, tolerance} per variant\n"
+      "(tolerance: the relative error its tests allow).");
 
   m.def(
       "why_unsupported",
@@ -136,4 +256,138 @@ PYBIND11_MODULE(_gpu, m) {
       "y = conv(name, x, k) on the GPU, host arrays in and out (float32, C-contiguous). For a variant with a\n"
       "tanh-maxpool2 epilogue, y is the pooled activation. Raises ValueError on bad arrays or an unsupported\n"
       "shape, CudaError when CUDA fails.");
+
+  m.def(
+      "time_conv",
+      [](const std::string& name, const py::array& x, const py::array& k, int warmup, int reps) {
+        const ConvShape s = conv_shape_of(x, k);
+        const GpuConvVariant& v = checked_variant(name, s);
+        require_gpu();
+        py::gil_scoped_release release;
+        ConvInputs in(v, s, x, k, size_t(product(out_shape(v, s))));
+        return time_launches([&](cudaStream_t st) { v.launch(in.x, in.dk.get(), in.dy.get(), s, st); }, warmup, reps);
+      },
+      py::arg("name"), py::arg("x"), py::arg("k"), py::arg("warmup") = 5, py::arg("reps") = 20,
+      "Milliseconds of each of `reps` launches of the variant (after `warmup` untimed ones), by CUDA events around\n"
+      "each launch. Inputs are uploaded once; an x_on_host variant is timed from pinned host memory.");
+
+  m.def(
+      "time_conv_tanh_pool",
+      [](const std::string& name, const py::array& x, const py::array& k, int warmup, int reps) {
+        const ConvShape s = conv_shape_of(x, k);
+        const GpuConvVariant& v = checked_variant(name, s);
+        if (s.Ho() < 2 || s.Wo() < 2) throw std::invalid_argument("time_conv_tanh_pool: the conv output must be >= 2x2");
+        require_gpu();
+        py::gil_scoped_release release;
+        const bool fused = v.epilogue == Epilogue::TanhMaxPool2;
+        ConvInputs in(v, s, x, k, size_t(fused ? product(out_shape(v, s)) : s.y_size()));
+        if (!fused) in.tmp.resize(size_t(s.B * s.M * (s.Ho() / 2) * (s.Wo() / 2)));
+        return time_launches(
+            [&](cudaStream_t st) {
+              v.launch(in.x, in.dk.get(), in.dy.get(), s, st);
+              if (!fused) {
+                activation_inplace(in.dy.get(), size_t(s.y_size()), Activation::Tanh, st);
+                pool2d(in.dy.get(), in.tmp.get(), s.B * s.M, int(s.Ho()), int(s.Wo()), 2, 2, true, st);
+              }
+            },
+            warmup, reps);
+      },
+      py::arg("name"), py::arg("x"), py::arg("k"), py::arg("warmup") = 5, py::arg("reps") = 20,
+      "Like time_conv, for conv + tanh + max-pool 2/2: a variant with the tanh-maxpool2 epilogue is its one\n"
+      "launch; any other is timed with the shared tanh and pooling kernels after it.");
+
+  m.def(
+      "measure_copy_bandwidth",
+      [](size_t nbytes, int reps) {
+        require_gpu();
+        py::gil_scoped_release release;
+        return measure_copy_bandwidth(nbytes, reps);
+      },
+      py::arg("nbytes") = size_t(1) << 30, py::arg("reps") = 20,
+      "GB/s of a device-to-device copy of nbytes (16-byte loads/stores), counting bytes read + written, per rep.");
+  m.def(
+      "measure_fma_rate",
+      [](int reps) {
+        require_gpu();
+        py::gil_scoped_release release;
+        return measure_fma_rate(reps);
+      },
+      py::arg("reps") = 20, "GFLOP/s of an FFMA-bound kernel filling the GPU (2 flops per FMA), per rep.");
+  m.def(
+      "measure_sgemm_rate",
+      [](int n, int reps) {
+        require_gpu();
+        py::gil_scoped_release release;
+        return measure_sgemm_rate(n, reps);
+      },
+      py::arg("n") = 8192, py::arg("reps") = 10, "GFLOP/s of cuBLAS FP32 SGEMM (no TF32) on n x n matrices, per rep.");
+
+  py::class_<PyNetwork>(m, "Network",
+                        "The whole network on one GPU, weights uploaded once, buffers reused across calls.")
+      .def(py::init([](const py::list& layers, const py::list& weights, const std::vector<int64_t>& input_shape,
+                       int device) {
+             auto p = std::make_unique<PyNetwork>();
+             p->net = make_network(layers, weights, input_shape, device);
+             p->input_shape = input_shape;
+             return p;
+           }),
+           py::arg("layers"), py::arg("weights"), py::arg("input_shape"), py::arg("device") = 0,
+           "layers: the model's layer dicts (pyconv.model.Layer.spec()); weights: one (weight|None, bias|None) per\n"
+           "layer, float32 C-contiguous; input_shape: (C, H, W); device: the GPU ordinal. ValueError on a\n"
+           "malformed model, CudaError when no GPU is usable.")
+      .def(
+          "forward",
+          [](PyNetwork& self, const py::array& images, const std::vector<std::string>& impls, int chunks,
+             int streams) {
+            const InputType t = check_images(images, self.input_shape);
+            ForwardResult r;
+            {
+              py::gil_scoped_release release;
+              r = self.net->forward(images.data(), t, images.shape(0), impls, chunks, streams);
+            }
+            py::array_t<int32_t> labels(py::ssize_t(r.labels.size()));
+            std::memcpy(labels.mutable_data(), r.labels.data(), r.labels.size() * sizeof(int32_t));
+            py::dict d;
+            d["labels"] = labels;
+            d["op_times"] = r.op_seconds;
+            d["peak_bytes"] = r.peak_bytes;
+            d["passes"] = r.passes;
+            d["rows_per_pass"] = r.rows_per_pass;
+            return d;
+          },
+          py::arg("images"), py::arg("impls"), py::arg("chunks") = 1, py::arg("streams") = 2,
+          "Predicted labels of images[N][C][H][W] (uint8 or float32). impls: one registry variant per conv layer.\n"
+          "Returns dict(labels=int32[N], op_times=[seconds per conv layer], peak_bytes, passes, rows_per_pass).\n"
+          "chunks=1 times each conv as the course did (device sync, host clock, the conv, device sync); chunks>1\n"
+          "splits the batch over `streams` streams (pinned copies overlap compute) and times convs by events.\n"
+          "A batch too large for the GPU is split into passes automatically (passes > 1).")
+      .def(
+          "forward_resident",
+          [](PyNetwork& self, const py::array& images, const std::vector<std::string>& impls, int warmup, int reps) {
+            const InputType t = check_images(images, self.input_shape);
+            py::gil_scoped_release release;
+            return self.net->forward_resident(images.data(), t, images.shape(0), impls, warmup, reps);
+          },
+          py::arg("images"), py::arg("impls"), py::arg("warmup") = 2, py::arg("reps") = 10,
+          "Milliseconds per rep of the whole network with the images already on the device (CUDA events).")
+      .def(
+          "logits",
+          [](PyNetwork& self, const py::array& images, const std::vector<std::string>& impls) {
+            const InputType t = check_images(images, self.input_shape);
+            std::vector<float> out;
+            {
+              py::gil_scoped_release release;
+              out = self.net->logits(images.data(), t, images.shape(0), impls);
+            }
+            py::array_t<float> a({py::ssize_t(images.shape(0)), py::ssize_t(self.net->classes())});
+            std::memcpy(a.mutable_data(), out.data(), out.size() * sizeof(float));
+            return a;
+          },
+          py::arg("images"), py::arg("impls"),
+          "The last layer's activations float32[N][classes] (a trailing softmax is not applied: it cannot change\n"
+          "the labels); one pass, no splitting. For tests of the layer kernels.")
+      .def_property_readonly("peak_bytes", [](const PyNetwork& self) { return self.net->peak_bytes(); },
+                             "Most device bytes this network's buffers (weights included) have held.")
+      .def_property_readonly("conv_layers", [](const PyNetwork& self) { return self.net->conv_count(); })
+      .def_property_readonly("device", [](const PyNetwork& self) { return self.net->device(); });
 }

@@ -4,6 +4,9 @@
 #include "cuda/conv_registry.cuh"
 #include "cuda/cuda_check.cuh"
 
+#include <cstdint>
+#include <string>
+
 namespace pyconv {
 namespace {
 
@@ -25,6 +28,19 @@ __global__ void conv_fwd_gpu_baseline_kernel(const float* x, const float* k, flo
 }
 
 }  // namespace
+
+// gridDim.z carries (b, m) pairs in slices of whole images, so M itself must fit in one slice (65535), and
+// gridDim.y carries the row tiles. Larger shapes are refused here instead of looping or failing at launch.
+std::string conv_fwd_gpu_baseline_supports(const ConvShape& s) {
+  if (s.M > 65535)
+    return "gpu-baseline: M = " + std::to_string(s.M) + " output channels exceed the grid's z limit (65535)";
+  if ((s.Ho() + TILE - 1) / TILE > 65535)
+    return "gpu-baseline: " + std::to_string(s.Ho()) + " output rows exceed the grid's y limit (65535 tiles of " +
+           std::to_string(TILE) + ")";
+  if (s.C * s.H * s.W > INT32_MAX || s.M * s.C * s.K * s.K > INT32_MAX)
+    return "gpu-baseline: one image or the kernel has more than 2^31 elements";
+  return {};
+}
 
 void conv_fwd_gpu_baseline(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st) {
   const int Ho = int(s.Ho()), Wo = int(s.Wo());

@@ -8,7 +8,7 @@ const std::vector<GpuConvVariant>& gpu_conv_variants() {
   // Ladder order. Adding a variant: its own file, one line here, one source line in CMakeLists.txt.
   static const std::vector<GpuConvVariant> v = {
       {"gpu-baseline", 0, "milestone 3: one thread per output element, global memory only", conv_fwd_gpu_baseline,
-       nullptr},
+       conv_fwd_gpu_baseline_supports},
   };
   return v;
 }

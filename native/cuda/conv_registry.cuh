@@ -32,6 +32,9 @@ struct GpuConvVariant {
   ConvSupportsFn supports;  // nullptr: every valid shape
   Epilogue epilogue = Epilogue::None;
   bool x_on_host = false;   // x is pinned host memory; the variant overlaps its own copies with compute
+  // Relative tolerance the tests hold this variant to; 0 means the project's default (1e-4). Only variants
+  // that round on purpose (tensor cores, half precision) set it, and say why in their file.
+  double tolerance = 0.0;
 };
 
 const std::vector<GpuConvVariant>& gpu_conv_variants();
@@ -40,5 +43,6 @@ std::string why_unsupported(const GpuConvVariant& v, const ConvShape& s);  // ""
 
 // The ladder's launchers, one per file native/cuda/conv_NN_<technique>.cu.
 void conv_fwd_gpu_baseline(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_fwd_gpu_baseline_supports(const ConvShape& s);
 
 }  // namespace pyconv

@@ -11,15 +11,33 @@ namespace pyconv {
 
 struct CudaError : std::runtime_error {
   using std::runtime_error::runtime_error;
+  CudaError(const std::string& what, cudaError_t c) : std::runtime_error(what), code(c) {}
+  // The runtime's error code when one caused this (callers recover from cudaErrorMemoryAllocation only).
+  cudaError_t code = cudaErrorUnknown;
 };
 
 [[noreturn]] inline void throw_cuda(cudaError_t e, const char* expr, const char* file, int line) {
+  // The runtime also records e as the "last error"; clear it, or the next CUDA_CHECK_LAUNCH would report this
+  // failure again against an innocent launch (a sticky error, e.g. an illegal address, stays regardless).
+  cudaGetLastError();
   throw CudaError(std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e) + " in `" + expr + "` at " +
-                  file + ":" + std::to_string(line));
+                      file + ":" + std::to_string(line),
+                  e);
 }
 [[noreturn]] inline void throw_cublas(cublasStatus_t s, const char* expr, const char* file, int line) {
   throw CudaError(std::string(cublasGetStatusName(s)) + ": " + cublasGetStatusString(s) + " in `" + expr +
                   "` at " + file + ":" + std::to_string(line));
+}
+
+// Throws CudaError naming why no GPU can be used (no driver, too old a driver, no device).
+inline void require_gpu() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear the recorded error so a later call reports afresh
+    throw CudaError(std::string("no usable CUDA GPU: ") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e), e);
+  }
+  if (n == 0) throw CudaError("no usable CUDA GPU: the driver reports 0 devices", cudaErrorNoDevice);
 }
 
 }  // namespace pyconv

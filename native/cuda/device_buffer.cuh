@@ -31,11 +31,15 @@ class DeviceBuffer {
   void resize(size_t n) {
     if (n <= n_) return;
     release();
-    if (n) CUDA_CHECK(cudaMalloc(&p_, n * sizeof(T)));
+    // Through a local: after a failed cudaMalloc (out of memory) the buffer stays empty and valid.
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
+    p_ = static_cast<T*>(p);
     n_ = n;
   }
   T* get() const { return p_; }
   size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
   void upload(const T* host, size_t n, cudaStream_t st = nullptr) {
     resize(n);
     CUDA_CHECK(cudaMemcpyAsync(p_, host, n * sizeof(T), cudaMemcpyHostToDevice, st));
@@ -63,10 +67,20 @@ class PinnedBuffer {
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
   PinnedBuffer(PinnedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
   void resize(size_t n) {
     if (n <= n_) return;
     release();
-    if (n) CUDA_CHECK(cudaMallocHost(&p_, n * sizeof(T)));
+    void* p = nullptr;
+    CUDA_CHECK(cudaMallocHost(&p, n * sizeof(T)));
+    p_ = static_cast<T*>(p);
     n_ = n;
   }
   T* get() const { return p_; }

@@ -1,0 +1,75 @@
+"""Shared GPU test helpers: skip cleanly where pyconv._gpu is not built or no GPU is visible (CI)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyconv.model import Layer, Model, validate
+
+try:
+    from pyconv import _gpu
+except ImportError:  # not built (no nvcc or no cuBLAS at build time)
+    _gpu = None
+
+HAVE_GPU = _gpu is not None and _gpu.available()
+requires_gpu = pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU visible (or pyconv._gpu not built)")
+requires_gpu_module = pytest.mark.skipif(_gpu is None, reason="pyconv._gpu not built")
+
+
+def gpu():
+    """The module, for tests already marked requires_gpu."""
+    assert _gpu is not None
+    return _gpu
+
+
+def close(y: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tuple[bool, str]:
+    """atol + rtol*|ref|, NaN anywhere fails; returns (ok, a message naming the worst element)."""
+    if y.shape != ref.shape:
+        return False, f"shape {y.shape} != reference {ref.shape}"
+    err = np.abs(y.astype(np.float64) - ref.astype(np.float64))
+    bound = atol + rtol * np.abs(ref.astype(np.float64))
+    bad = ~(err <= bound)  # NaN -> bad
+    if bad.any():
+        i = np.unravel_index(np.argmax(np.where(bad, np.nan_to_num(err, nan=np.inf), -1)), y.shape)
+        return False, f"{bad.sum()} of {y.size} off; worst at {i}: got {y[i]}, want {ref[i]}"
+    return True, ""
+
+
+def random_model(rng: np.random.Generator, input_shape=(1, 20, 20), name="random-test") -> Model:
+    """A small LeNet-style network with random float32 weights (conv, tanh, pool, conv, flatten, FC, tanh, FC)."""
+    c, h, w = input_shape
+
+    def wt(*shape, scale):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    layers = [
+        Layer("conv", name="conv1", out_channels=4, kernel=5, weight=wt(4, c, 5, 5, scale=0.005)),
+        Layer("tanh"),
+        Layer("pool", mode="max", kernel=2, stride=2),
+        Layer("conv", name="conv2", out_channels=8, kernel=3, weight=wt(8, 4, 3, 3, scale=0.3)),
+        Layer("flatten"),
+    ]
+    h1 = (h - 4) // 2 - 2
+    w1 = (w - 4) // 2 - 2
+    flat = 8 * h1 * w1
+    layers += [
+        Layer("fc", name="fc1", out_features=32, weight=wt(32, flat, scale=1 / np.sqrt(flat)), bias=wt(32, scale=0.1)),
+        Layer("tanh"),
+        Layer("fc", name="fc2", out_features=10, weight=wt(10, 32, scale=0.5), bias=wt(10, scale=0.1)),
+        Layer("softmax"),
+    ]
+    m = Model(name=name, arch="test", input_shape=tuple(input_shape), layers=layers)
+    validate(m)
+    return m
+
+
+def network_of(model: Model, device: int = 0):
+    return gpu().Network([la.spec() for la in model.layers], [(la.weight, la.bias) for la in model.layers],
+                         tuple(model.input_shape), device)
+
+
+def clear_margin(scores: np.ndarray, margin: float) -> np.ndarray:
+    """Rows whose top score beats the runner-up by more than `margin` (labels there cannot flip on rounding)."""
+    top2 = np.sort(scores, axis=1)[:, -2:]
+    return (top2[:, 1] - top2[:, 0]) > margin

@@ -1,0 +1,386 @@
+"""The CUDA engine: every registry variant against the numpy reference, the layer kernels, the whole network
+against the CPU engine, bad input, out-of-memory batches. GPU tests skip where no GPU is visible; the tests at the
+top run everywhere pyconv._gpu is built (CI included)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gpu_helpers import HAVE_GPU, clear_margin, close, gpu, network_of, random_model, requires_gpu, requires_gpu_module
+
+from pyconv import reference
+from pyconv.errors import PyconvError
+from pyconv.model import Layer, Model
+
+# ------------------------------------------------------------------ everywhere (no GPU needed)
+
+
+@requires_gpu_module
+@pytest.mark.skipif(HAVE_GPU, reason="checks the no-GPU behaviour")
+def test_without_gpu_import_works_and_use_raises_cuda_error():
+    g = gpu()
+    assert g.available() is False
+    x = np.ones((1, 1, 4, 4), np.float32)
+    k = np.ones((1, 1, 3, 3), np.float32)
+    with pytest.raises(g.CudaError, match="no usable CUDA GPU"):
+        g.conv("gpu-baseline", x, k)
+    with pytest.raises(g.CudaError, match="no usable CUDA GPU"):
+        g.device_info()
+    with pytest.raises(g.CudaError, match="no usable CUDA GPU"):
+        g.measure_fma_rate(1)
+    m = random_model(np.random.default_rng(0))
+    with pytest.raises(g.CudaError, match="no usable CUDA GPU"):
+        network_of(m)
+    from pyconv import gpu_engine
+
+    with pytest.raises(PyconvError, match="no CUDA GPU is visible: milestone 3 needs one"):
+        gpu_engine.gpu_module()
+
+
+@requires_gpu_module
+def test_registry_lists_baseline_and_checks_arguments_before_the_gpu():
+    g = gpu()
+    names = [v["name"] for v in g.variants()]
+    assert names[0] == "gpu-baseline"
+    assert len(set(names)) == len(names)
+    for v in g.variants():
+        assert v["epilogue"] in ("none", "tanh-maxpool2") and 0 < v["tolerance"] < 0.1
+    assert g.why_unsupported("gpu-baseline", 1, 1, 8, 8, 70000, 3).startswith("gpu-baseline: M = 70000")
+    assert g.why_unsupported("gpu-baseline", 2, 3, 8, 8, 6, 5) == ""
+    with pytest.raises(ValueError, match="unknown GPU convolution 'nope'"):
+        g.conv("nope", np.ones((1, 1, 4, 4), np.float32), np.ones((1, 1, 3, 3), np.float32))
+    with pytest.raises(ValueError, match="dtype"):
+        g.conv("gpu-baseline", np.ones((1, 1, 4, 4), np.float64), np.ones((1, 1, 3, 3), np.float32))
+    with pytest.raises(ValueError, match="4-D"):
+        g.conv("gpu-baseline", np.ones((1, 4, 4), np.float32), np.ones((1, 1, 3, 3), np.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        g.conv("gpu-baseline", np.ones((1, 1, 4, 8), np.float32)[..., ::2], np.ones((1, 1, 3, 3), np.float32))
+    with pytest.raises(ValueError, match="larger than the input"):
+        g.conv("gpu-baseline", np.ones((1, 1, 2, 2), np.float32), np.ones((1, 1, 3, 3), np.float32))
+    with pytest.raises(ValueError, match="grid's z limit"):
+        g.conv("gpu-baseline", np.ones((1, 1, 4, 4), np.float32), np.ones((70000, 1, 3, 3), np.float32))
+    # A malformed network is refused before any GPU work.
+    bad = [{"type": "conv", "name": "c", "out_channels": 2, "kernel": 3}]
+    with pytest.raises(ValueError, match="flat class vector"):
+        g.Network(bad, [(np.ones((2, 1, 3, 3), np.float32), None)], (1, 5, 5))
+    with pytest.raises(ValueError, match=r"weight must be \[3\]\[1\]\[3\]\[3\]"):
+        g.Network([{"type": "conv", "name": "c", "out_channels": 3, "kernel": 3}, {"type": "flatten"}],
+                  [(np.ones((2, 1, 3, 3), np.float32), None), (None, None)], (1, 5, 5))
+
+
+def test_choose_impls_and_unknown_impl():
+    pytest.importorskip("pyconv._gpu")
+    from pyconv import gpu_engine
+
+    m = random_model(np.random.default_rng(1))
+    assert gpu_engine.choose_impls(m, "3") == ["gpu-baseline", "gpu-baseline"]
+    assert gpu_engine.choose_impls(m, "4", "gpu-baseline") == ["gpu-baseline", "gpu-baseline"]
+    with pytest.raises(PyconvError, match="unknown GPU implementation 'cpu-fast' \\(known: gpu-baseline"):
+        gpu_engine.choose_impls(m, "3", "cpu-fast")
+
+
+# ------------------------------------------------------------------ on a GPU
+
+SEED = 408
+
+
+def reference_for(variant: dict, x: np.ndarray, k: np.ndarray) -> np.ndarray:
+    y = reference.conv2d(x, k)
+    return reference.tanh_maxpool2(y) if variant["epilogue"] == "tanh-maxpool2" else y
+
+
+def tolerances(variant: dict, C: int, K: int) -> tuple[float, float]:
+    # Inputs in [-1, 1]: a float32 sum of C*K*K products carries rounding error growing like sqrt(C*K*K).
+    rtol = variant["tolerance"]
+    return rtol, rtol * np.sqrt(C * K * K)
+
+
+def random_shapes(n: int, rng: np.random.Generator) -> list[tuple[int, int, int, int, int, int]]:
+    """(B, M, C, H, W, K): K=1, K=H (and K=W), M=1, C>1, odd and non-square sizes, plus random ones."""
+    shapes = [(1, 1, 1, 1, 1, 1), (2, 1, 1, 7, 7, 7), (1, 3, 2, 5, 9, 5), (3, 1, 4, 9, 5, 5), (2, 6, 1, 48, 48, 5),
+              (2, 16, 6, 22, 22, 5), (1, 4, 3, 17, 17, 1), (5, 2, 2, 3, 3, 3), (1, 7, 5, 33, 31, 7)]
+    while len(shapes) < n:
+        K = int(rng.integers(1, 8))
+        H, W = int(rng.integers(K, K + 24)), int(rng.integers(K, K + 24))
+        shapes.append((int(rng.integers(1, 5)), int(rng.integers(1, 13)), int(rng.integers(1, 7)), H, W, K))
+    return shapes
+
+
+def variant_ids():
+    try:
+        from pyconv import _gpu
+    except ImportError:
+        return ["gpu-baseline"]
+    return [v["name"] for v in _gpu.variants()]
+
+
+def variant_named(name: str) -> dict:
+    return next(v for v in gpu().variants() if v["name"] == name)
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", variant_ids())
+def test_variant_matches_reference_on_random_shapes(name):
+    g, v = gpu(), variant_named(name)
+    rng = np.random.default_rng(SEED)
+    tested = 0
+    for B, M, C, H, W, K in random_shapes(220, rng):
+        if g.why_unsupported(name, B, C, H, W, M, K):
+            continue
+        if v["epilogue"] == "tanh-maxpool2" and (H - K + 1 < 2 or W - K + 1 < 2):
+            continue
+        x = rng.uniform(-1, 1, (B, C, H, W)).astype(np.float32)
+        k = rng.uniform(-1, 1, (M, C, K, K)).astype(np.float32)
+        y = g.conv(name, x, k)  # the output is poisoned with NaN before the launch
+        ok, msg = close(y, reference_for(v, x, k), *tolerances(v, C, K))
+        assert ok, f"{name} B={B} M={M} C={C} H={H} W={W} K={K}: {msg}"
+        tested += 1
+    if name == "gpu-baseline":
+        assert tested == 220
+    assert tested > 0, f"{name} supports none of the random shapes"
+
+
+@pytest.fixture(scope="module")
+def batch_10000():
+    rng = np.random.default_rng(SEED + 1)
+    x = rng.uniform(-1, 1, (10000, 1, 28, 28)).astype(np.float32)
+    k = rng.uniform(-1, 1, (6, 1, 5, 5)).astype(np.float32)
+    return x, k, reference.conv2d(x, k)
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", variant_ids())
+def test_variant_batch_1_and_10000(name, batch_10000):
+    g, v = gpu(), variant_named(name)
+    x, k, ref = batch_10000
+    if g.why_unsupported(name, 10000, 1, 28, 28, 6, 5):
+        pytest.skip(f"{name}: {g.why_unsupported(name, 10000, 1, 28, 28, 6, 5)}")
+    if v["epilogue"] == "tanh-maxpool2":
+        ref = reference.tanh_maxpool2(ref)
+    rtol, atol = tolerances(v, 1, 5)
+    for n in (1, 10000):
+        ok, msg = close(g.conv(name, x[:n], k), ref[:n], rtol, atol)
+        assert ok, f"{name} batch {n}: {msg}"
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", variant_ids())
+def test_timing_functions_return_one_positive_time_per_rep(name):
+    g = gpu()
+    rng = np.random.default_rng(SEED + 2)
+    x = rng.uniform(-1, 1, (8, 1, 48, 48)).astype(np.float32)
+    k = rng.uniform(-1, 1, (6, 1, 5, 5)).astype(np.float32)
+    if g.why_unsupported(name, 8, 1, 48, 48, 6, 5):
+        pytest.skip("shape not supported by this variant")
+    for fn in (g.time_conv, g.time_conv_tanh_pool):
+        ms = fn(name, x, k, warmup=1, reps=3)
+        assert len(ms) == 3 and all(t > 0 and np.isfinite(t) for t in ms)
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_roofline_probes_measure_something():
+    g = gpu()
+    for rates in (g.measure_copy_bandwidth(1 << 26, 3), g.measure_fma_rate(3), g.measure_sgemm_rate(1024, 3)):
+        assert len(rates) == 3 and all(r > 0 and np.isfinite(r) for r in rates)
+
+
+def tiny_net(layers: list[Layer], input_shape) -> Model:
+    return Model(name="layers", arch="test", input_shape=input_shape, layers=layers)
+
+
+def cpu_logits(model: Model, x: np.ndarray) -> np.ndarray:
+    """The CPU engine's last activations without softmax (the GPU's logits hook skips it too)."""
+    a = x.astype(np.float32)
+    for la in model.layers:
+        if la.type == "conv":
+            a = reference.conv2d(a, la.weight)
+        elif la.type in ("tanh", "relu", "sigmoid"):
+            a = reference.activation(a, la.type).astype(np.float32)
+        elif la.type == "pool":
+            a = reference.pool2d(a, la.kernel, la.stride, la.mode)
+        elif la.type == "flatten":
+            a = a.reshape(a.shape[0], -1)
+        elif la.type == "fc":
+            a = reference.fully_connected(a, la.weight, la.bias)
+    return a
+
+
+LAYER_CASES = {
+    "tanh": [Layer("tanh")],
+    "relu": [Layer("relu")],
+    "sigmoid": [Layer("sigmoid")],
+    "maxpool-2/2": [Layer("pool", mode="max", kernel=2, stride=2)],
+    "maxpool-3/2-floor": [Layer("pool", mode="max", kernel=3, stride=2)],
+    "avgpool-2/1": [Layer("pool", mode="avg", kernel=2, stride=1)],
+    "avgpool-3/3-floor": [Layer("pool", mode="avg", kernel=3, stride=3)],
+    "tanh-maxpool-2/2": [Layer("tanh"), Layer("pool", mode="max", kernel=2, stride=2)],
+}
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", list(LAYER_CASES))
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+def test_layers_match_reference(case, dtype):
+    rng = np.random.default_rng(SEED + 3)
+    C, H, W, M = 2, 13, 11, 3
+    # Conv outputs of order 1 so tanh and sigmoid are tested where they are not saturated; no activation after
+    # the final FC, whose logits are compared directly.
+    conv = Layer("conv", name="c", out_channels=M, kernel=3,
+                 weight=rng.uniform(-0.003, 0.003, (M, C, 3, 3)).astype(np.float32))
+    layers = [conv, *LAYER_CASES[case], Layer("flatten")]
+    flat = int(np.prod(cpu_logits(tiny_net(layers, (C, H, W)), np.zeros((1, C, H, W), np.float32)).shape[1:]))
+    layers.append(Layer("fc", name="f", out_features=7,
+                        weight=(rng.uniform(-1, 1, (7, flat)) / np.sqrt(flat)).astype(np.float32),
+                        bias=rng.uniform(-1, 1, 7).astype(np.float32)))
+    model = tiny_net(layers, (C, H, W))
+    x = (rng.integers(0, 256, (5, C, H, W)).astype(dtype) if dtype == np.uint8
+         else rng.uniform(0, 255, (5, C, H, W)).astype(np.float32))
+    got = network_of(model).logits(x, ["gpu-baseline"])
+    ref = cpu_logits(model, x)
+    assert np.abs(ref).max() > 0.1  # a meaningful comparison, not of zeros
+    ok, msg = close(got, ref, 1e-4, 1e-5 * np.sqrt(flat))
+    assert ok, f"{case}: {msg}"
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", variant_ids())
+def test_network_predictions_equal_cpu_engine(name):
+    from pyconv.engine import forward_cpu
+
+    rng = np.random.default_rng(SEED + 4)
+    model = random_model(rng, (1, 24, 24))
+    x = rng.integers(0, 256, (1000, 1, 24, 24), dtype=np.uint8)
+    cpu = forward_cpu(model, x.astype(np.float32), "numpy")
+    net = network_of(model)
+    impls = [name, "gpu-baseline"]
+    try:
+        res = net.forward(x, impls)
+    except ValueError as e:  # a ladder variant that cannot take this layer (shape, epilogue) is refused cleanly
+        if name == "gpu-baseline":
+            raise
+        pytest.skip(f"{name} does not fit this network: {e}")
+    labels = res["labels"]
+    assert labels.dtype == np.int32 and labels.shape == (1000,)
+    # Labels can only differ where the CPU's top two classes are within rounding of each other.
+    sure = clear_margin(cpu.probabilities, 1e-4)
+    assert sure.mean() > 0.95
+    np.testing.assert_array_equal(labels[sure], cpu.labels[sure])
+    assert len(res["op_times"]) == 2 and all(t > 0 for t in res["op_times"])
+    assert res["peak_bytes"] > 0 and res["passes"] == 1
+    # The same from float32 input (same arithmetic: identical labels), chunked over streams, and batch 1.
+    np.testing.assert_array_equal(net.forward(x.astype(np.float32), impls)["labels"], labels)
+    chunked = net.forward(x, impls, chunks=7, streams=3)
+    np.testing.assert_array_equal(chunked["labels"][sure], labels[sure])
+    assert all(t > 0 for t in chunked["op_times"])
+    one = net.forward(x[:1], impls)["labels"][0]
+    assert one == labels[0] or not sure[0]
+    ms = net.forward_resident(x, impls, warmup=1, reps=3)
+    assert len(ms) == 3 and all(t > 0 for t in ms)
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_gpu_engine_wrapper_and_bad_input():
+    from pyconv.gpu_engine import GpuEngine
+
+    rng = np.random.default_rng(SEED + 5)
+    model = random_model(rng)
+    eng = GpuEngine(model)
+    x = rng.integers(0, 256, (10, 1, 20, 20), dtype=np.uint8)
+    assert eng.forward(x).labels.shape == (10,)
+    with pytest.raises(PyconvError, match="expects"):
+        eng.forward(x[:, :, :10])
+    with pytest.raises(PyconvError, match="uint8 or float32"):
+        eng.forward(x.astype(np.float64))
+    with pytest.raises(PyconvError, match="unknown GPU convolution 'nope'"):
+        eng.forward(x, ["nope", "gpu-baseline"])
+    with pytest.raises(PyconvError, match="2 conv layers but 1"):
+        eng.forward(x, ["gpu-baseline"])
+    net = eng.net
+    with pytest.raises(ValueError, match="C-contiguous"):
+        net.forward(np.zeros((10, 1, 20, 40), np.uint8)[..., ::2], ["gpu-baseline"] * 2)
+    with pytest.raises(ValueError, match="4-D"):
+        net.forward(np.zeros((10, 20, 20), np.uint8), ["gpu-baseline"] * 2)
+    with pytest.raises(ValueError, match="chunks and streams"):
+        net.forward(x, ["gpu-baseline"] * 2, chunks=0)
+    for v in gpu().variants():
+        if v["x_on_host"]:  # host-input variants are refused past the first layer
+            with pytest.raises(ValueError, match="first layer"):
+                net.forward(x, ["gpu-baseline", v["name"]])
+    assert eng.forward(x).labels.shape == (10,)  # still usable after every refusal
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_batch_too_large_for_the_gpu_is_split_and_the_process_keeps_working():
+    g = gpu()
+    rng = np.random.default_rng(SEED + 6)
+    S, M = 256, 256  # conv 256@1x1 on 256x256: 64 MiB of activations per image, twice (ping-pong buffers)
+    free = g.device_info()["global_memory_bytes"]
+    n = int(2.5 * free / (2 * 4 * M * S * S)) + 1  # far more than fits at once
+    model = Model(name="huge", arch="test", input_shape=(1, S, S), layers=[
+        Layer("conv", name="c", out_channels=M, kernel=1, weight=rng.uniform(-1, 1, (M, 1, 1, 1)).astype(np.float32)),
+        Layer("pool", mode="max", kernel=64, stride=64), Layer("flatten"),
+        Layer("fc", name="f", out_features=10, weight=rng.uniform(-1, 1, (10, M * 16)).astype(np.float32),
+              bias=np.zeros(10, np.float32))])
+    x = rng.integers(0, 256, (n, 1, S, S), dtype=np.uint8)
+    net = network_of(model)
+    res = net.forward(x, ["gpu-baseline"])
+    assert res["passes"] > 1 and res["rows_per_pass"] < n
+    assert res["peak_bytes"] <= free
+    small = net.forward(x[:16], ["gpu-baseline"])
+    np.testing.assert_array_equal(res["labels"][:16], small["labels"])
+    # the process (and other networks) keep working afterwards
+    m2 = random_model(rng)
+    y = rng.integers(0, 256, (4, 1, 20, 20), dtype=np.uint8)
+    assert network_of(m2).forward(y, ["gpu-baseline"] * 2)["labels"].shape == (4,)
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_shipped_models_predict_as_the_cpu_engine():
+    from pyconv.engine import forward_cpu
+    from pyconv.model import load_model, shipped_models
+
+    names = shipped_models()
+    if not names:
+        pytest.skip("no shipped models in datasets/models")
+    rng = np.random.default_rng(SEED + 7)
+    for name in names:
+        model = load_model(name)
+        x = rng.integers(0, 256, (200, *model.input_shape), dtype=np.uint8)
+        cpu = forward_cpu(model, x.astype(np.float32), "numpy")
+        gpu_labels = network_of(model).forward(x, ["gpu-baseline"] * len(model.convs))["labels"]
+        sure = clear_margin(cpu.probabilities, 1e-4)
+        np.testing.assert_array_equal(gpu_labels[sure], cpu.labels[sure], err_msg=name)
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_milestone_3_correctness_equals_the_cpu_path(capsys):
+    from pyconv import paths
+    from pyconv.engine import forward_cpu
+    from pyconv.milestones import accuracy, load_inputs
+    from pyconv.model import DEFAULT_MODEL, available_models, load_model
+
+    if not paths.DATA_FILE.exists() or DEFAULT_MODEL not in available_models():
+        pytest.skip("needs datasets/fashion-mnist.h5 (invoke data) and the default model")
+    from pyconv.gpu_engine import run_gpu_milestone
+
+    model = load_model(DEFAULT_MODEL)
+    x, labels = load_inputs(model, 1000)
+    run_gpu_milestone("3", model, x, labels)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "New Inference"
+    assert sum(line.startswith("Op Time: ") for line in out) == len(model.convs)
+    cpu = forward_cpu(model, x.astype(np.float32), "numpy")
+    assert out[-1] == f"Correctness: {accuracy(cpu.labels, labels):.4g} Model: {model.name}"
+    with pytest.raises(PyconvError, match="known: gpu-baseline"):
+        run_gpu_milestone("3", model, x, labels, impl="cpu-fast")
