@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DATASETS = Path(os.environ.get("PYCONV_DATASETS", ROOT / "datasets"))
-DATA_FILE = DATASETS / "fashion-mnist.h5"
+DATA_FILE = Path(os.environ.get("PYCONV_DATA_FILE", DATASETS / "fashion-mnist.h5"))
 MODELS = DATASETS / "models"  # shipped models (tracked in git)
 IMPORTED_MODELS = MODELS / "imported"  # models a user imported from a checkpoint of their own (git-ignored)
 LOGS = Path(os.environ.get("PYCONV_LOGS", ROOT / "logs"))
