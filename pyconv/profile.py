@@ -207,7 +207,7 @@ def child_finish(trace) -> None:
         return
     records = m.records()
     doc = {"format": FORMAT_VERSION, "pid": os.getpid(), "command": " ".join(sys.argv),
-           "records": len(records), "dropped_records": int(m.dropped_records()),
+           "cupti": dict(m.versions()), "records": len(records), "dropped_records": int(m.dropped_records()),
            "rows": [asdict(r) for r in group(records)]}
     with atomic_path(trace.dest) as tmp:
         tmp.write_text(json.dumps(doc))
@@ -254,7 +254,7 @@ def run_profile(m, batch=10000, model: str | None = None, impl: str | None = Non
     log = profile_log_path(m, model, batch)
     write_text_atomic(log, text)
     summary = {"milestone": m, "model": model, "batch": batch, "impl": impl, "exit_code": code,
-               "pid": doc["pid"], "command": doc["command"], "records": doc["records"],
+               "pid": doc["pid"], "command": doc["command"], "cupti": doc["cupti"], "records": doc["records"],
                "dropped_records": doc["dropped_records"], "mark_share_percent": MARK_SHARE,
                "over90": {b: over90(rows, b) for b in BLOCKS},
                "rows": [dict(asdict(r), avg_ns=r.avg_ns) for r in rows]}

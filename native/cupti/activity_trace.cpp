@@ -260,4 +260,12 @@ uint64_t cupti_timestamp() {
   return t;
 }
 
+uint32_t cupti_header_version() { return CUPTI_API_VERSION; }
+
+uint32_t cupti_library_version() {
+  uint32_t v = 0;
+  CUPTI_CHECK(cuptiGetVersion(&v));
+  return v;
+}
+
 }  // namespace pyconv

@@ -39,6 +39,10 @@ std::vector<ActivityRecord> trace_records();
 uint64_t trace_dropped_records();
 // CUPTI's clock (ns), the one every record's start/end is on.
 uint64_t cupti_timestamp();
+// The CUPTI API version this module was compiled against and the one of the libcupti actually loaded (a process
+// that loaded another libcupti.so.13 first, e.g. PyTorch's wheel, shares that one).
+uint32_t cupti_header_version();
+uint32_t cupti_library_version();
 
 // Launches pyconv_profiler_test_kernel n times on the default stream (one thread, atomicAdd on a device
 // counter), synchronises, and returns the counter: the test's proof that exactly n launches ran.

@@ -75,6 +75,15 @@ PYBIND11_MODULE(_cupti, m) {
       "end_ns, correlation_id, ...}. Kernel names are demangled; API names have no version suffix.");
   m.def("dropped_records", &trace_dropped_records, "Records CUPTI dropped for lack of buffer space.");
   m.def("timestamp", &cupti_timestamp, "CUPTI's clock in ns, the clock of every record's start_ns/end_ns.");
+  m.def(
+      "versions",
+      [] {
+        py::dict d;
+        d["cupti_header"] = cupti_header_version();
+        d["cupti_library"] = cupti_library_version();
+        return d;
+      },
+      "CUPTI API versions: compiled against (cupti_header) and loaded (cupti_library).");
   m.def("launch_test_kernel", &launch_profiler_test_kernel, py::arg("n_launches"),
         py::call_guard<py::gil_scoped_release>(),
         "Launch pyconv_profiler_test_kernel n_launches times, synchronise, and return how many ran (the\n"
