@@ -237,7 +237,8 @@ def run_profile(m, batch=10000, model: str | None = None, impl: str | None = Non
     model = model or DEFAULT_MODEL
     m = milestones.check_milestone(m)
     if m == "2":
-        raise PyconvError("milestone 2 runs on the CPU: there is nothing for CUPTI to trace (profile 1, 3, 4 or final)")
+        raise PyconvError("milestone 2 runs on the CPU: there is nothing for CUPTI to trace "
+                          "(profile 1, 3, 4 or final)")
     batch = milestones.check_batch(batch)
     with tempfile.TemporaryDirectory(prefix="pyconv-profile-") as tmp:
         dest = Path(tmp) / "trace.json"

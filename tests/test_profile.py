@@ -259,15 +259,42 @@ def test_run_profile_refuses_milestone_2():
                     reason="needs pyconv.data and datasets/fashion-mnist.h5 (run `invoke data`)")
 def test_unavailable_milestone_still_runs(monkeypatch, capsys, tmp_path):
     from pyconv import milestones
+    from pyconv.model import DEFAULT_MODEL, available_models
 
+    names = available_models()
+    if not names:
+        pytest.skip("no model available")
+    model = DEFAULT_MODEL if DEFAULT_MODEL in names else names[0]
     monkeypatch.setitem(sys.modules, "pyconv._cupti", None)
     monkeypatch.setenv(profile.ENV_VAR, str(tmp_path / "t.json"))
-    assert milestones._child(["--m", "2", "--batch", "20", "--impl", "cpu-fast"]) == 0
+    assert milestones._child(["--m", "2", "--batch", "20", "--impl", "cpu-fast", "--model", model]) == 0
     out = capsys.readouterr().out.splitlines()
     assert sum(bool(UNAVAILABLE.match(line)) for line in out) == 1
     assert sum(line.startswith("profile:") for line in out) == 1
     assert any(line.startswith("Correctness:") for line in out)
     assert not (tmp_path / "t.json").exists()
+
+
+def test_child_hook_in_a_real_process(tmp_path):
+    """The real module in a fresh process: without a usable GPU one line and the program goes on; with one, the
+    groups are written at exit (the atexit path the milestone child relies on)."""
+    import os
+    import subprocess
+
+    pytest.importorskip("pyconv._cupti", reason="pyconv._cupti not built")
+    dest = tmp_path / "trace.json"
+    code = "from pyconv import profile; t = profile.child_start(); print('ran', t is not None)"
+    env = dict(os.environ, **{profile.ENV_VAR: str(dest)}, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    if lines[-1] == "ran False":
+        assert len(lines) == 2 and UNAVAILABLE.match(lines[0]), lines
+        assert not dest.exists()
+    else:
+        assert lines == ["ran True"]
+        doc = profile.read_child_profile(dest)
+        assert doc["dropped_records"] == 0 and doc["cupti"]["cupti_library"] > 0
 
 
 # ------------------------------------------------------------------------------------------------ GPU
