@@ -111,6 +111,20 @@ def milestone(c, m=None, batch="10000", model="ece408", impl=None, posix=False, 
         raise Exit(code=code)
 
 
+@task(help={"m": "milestone to profile: 1, 3, 4 or final (2 runs on the CPU: nothing to trace)",
+            "batch": "number of test images, 1..10000 (default 10000)",
+            "model": "model name (default ece408; `invoke models` lists them)",
+            "impl": "m3/4/final: the GPU convolution variant (default: the milestone's own)"})
+@user_errors
+def profile(c, m, batch=10000, model="ece408", impl=None):
+    """nvprof's summary of a milestone (kernels, memcpy/memset, CUDA API calls; `*` = over 90%), via CUPTI."""
+    from pyconv import profile as prof
+
+    code = prof.run_profile(m, batch=batch, model=model, impl=impl)
+    if code:
+        raise Exit(code=code)
+
+
 @task
 @user_errors
 def models(c):

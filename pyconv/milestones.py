@@ -76,6 +76,9 @@ def _child(argv: list[str]) -> int:
     p.add_argument("--device", default="both")
     p.add_argument("--gpus", default="1")
     a = p.parse_args(argv)
+    from . import profile
+
+    profile.child_start()  # only with PYCONV_PROFILE set (`invoke profile`): CUPTI-trace this process
     try:
         m, batch = check_milestone(a.m), check_batch(a.batch)
         print("Loading fashion-mnist data...", end=" ", flush=True)
@@ -108,7 +111,7 @@ def _child(argv: list[str]) -> int:
 
 
 def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None, posix: bool = False,
-        device: str = "both", gpus: str = "1") -> int:
+        device: str = "both", gpus: str = "1", env: dict | None = None) -> int:
     """Validate, then run the milestone in a child under the /usr/bin/time-style logger. Returns the exit code."""
     m = check_milestone(m)
     batch = check_batch(batch)
@@ -125,7 +128,7 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
     if impl:
         argv += ["--impl", impl]
     tag = f"m{m}-{Path(model).stem}-b{batch}" + (f"-{impl}" if impl else "")
-    code, log, _ = timelog.run_timed(argv, tag=tag, posix=posix)
+    code, log, _ = timelog.run_timed(argv, tag=tag, posix=posix, env=env)
     print(f"log: {log}")
     return code
 
