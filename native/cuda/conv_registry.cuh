@@ -32,6 +32,10 @@ struct GpuConvVariant {
   ConvSupportsFn supports;  // nullptr: every valid shape
   Epilogue epilogue = Epilogue::None;
   bool x_on_host = false;   // x is pinned host memory; the variant overlaps its own copies with compute
+  // 0: as accurate as fp32 FMA (the tests' fp32 tolerance). Else the relative tolerance the variant guarantees
+  // against the float64 reference, scaled like the fp32 one (3xTF32 tensor-core variants: products carry ~2^-21
+  // relative error instead of fp32's 2^-24).
+  float tolerance = 0.0f;
 };
 
 const std::vector<GpuConvVariant>& gpu_conv_variants();
@@ -40,5 +44,15 @@ std::string why_unsupported(const GpuConvVariant& v, const ConvShape& s);  // ""
 
 // The ladder's launchers, one per file native/cuda/conv_NN_<technique>.cu.
 void conv_fwd_gpu_baseline(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+void conv_fwd_gpu_channel_parallel(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_gpu_channel_parallel_unsupported(const ConvShape& s);
+void conv_fwd_gpu_tensor_core(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_gpu_tensor_core_unsupported(const ConvShape& s);
+void conv_fwd_gpu_streams(const float* x_host, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_gpu_streams_unsupported(const ConvShape& s);
+void conv_fwd_gpu_fused_tanh_pool(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_gpu_fused_tanh_pool_unsupported(const ConvShape& s);
+void conv_fwd_gpu_autotuned(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_gpu_autotuned_unsupported(const ConvShape& s);
 
 }  // namespace pyconv
