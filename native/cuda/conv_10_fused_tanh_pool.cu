@@ -193,6 +193,7 @@ void conv_fwd_gpu_fused_tanh_pool(const float* x, const float* k, float* y, cons
   if (s.K == 7 && (six ? launch_specialised<7, 6>(x, k, y, s, st) : launch_specialised<7, 8>(x, k, y, s, st)))
     return;
   const long long Hp = s.Ho() / 2, Wp = s.Wo() / 2, total = s.B * s.M * Hp * Wp;
+  if (total == 0) return;  // output under 2x2: nothing to write (the registry refuses such shapes anyway)
   const long long blocks = std::min<long long>((total + THREADS - 1) / THREADS, 1LL << 20);
   conv_tanh_pool_generic_kernel<<<unsigned(blocks), THREADS, 0, st>>>(x, k, y, int(s.C), int(s.H), int(s.W),
                                                                      int(s.M), int(s.K), int(Hp), int(Wp), total);
