@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/pyarray.hpp"
+#include "cuda/autotune.cuh"
 #include "cuda/conv_registry.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/device_buffer.cuh"
@@ -321,6 +322,42 @@ PYBIND11_MODULE(_gpu, m) {
         return measure_sgemm_rate(n, reps);
       },
       py::arg("n") = 8192, py::arg("reps") = 10, "GFLOP/s of cuBLAS FP32 SGEMM (no TF32) on n x n matrices, per rep.");
+
+  m.def(
+      "autotune_configs", [] { return autotune_configs(); },
+      "Names of gpu-autotuned's configurations; a configuration's number is its index.");
+  m.def(
+      "autotune_time_config",
+      [](int config, const py::array& x, const py::array& k, int reps) {
+        const ConvShape s = conv_shape_of(x, k);
+        if (reps < 1) throw std::invalid_argument("reps must be >= 1");
+        require_gpu();
+        py::gil_scoped_release release;
+        DeviceBuffer<float> dx(size_t(s.x_size())), dk(size_t(s.k_size())), dy(size_t(s.y_size()));
+        dx.upload(static_cast<const float*>(x.data()), size_t(s.x_size()));
+        dk.upload(static_cast<const float*>(k.data()), size_t(s.k_size()));
+        CUDA_CHECK(cudaDeviceSynchronize());
+        return autotune_time_config(config, dx.get(), dk.get(), dy.get(), s, reps);
+      },
+      py::arg("config"), py::arg("x"), py::arg("k"), py::arg("reps") = 20,
+      "Median milliseconds of one configuration on x, k (host arrays, uploaded once). ValueError when the\n"
+      "configuration cannot run the shape.");
+  m.def(
+      "autotune_set",
+      [](int64_t B, int64_t C, int64_t H, int64_t W, int64_t M, int64_t K, int config) {
+        const auto n = int(autotune_configs().size());
+        if (config >= n) throw std::invalid_argument("autotune_set: no configuration " + std::to_string(config));
+        autotune_set(make_conv_shape(B, C, H, W, M, C, K, K), config);
+      },
+      py::arg("B"), py::arg("C"), py::arg("H"), py::arg("W"), py::arg("M"), py::arg("K"), py::arg("config"),
+      "Use configuration `config` for this layer shape (a negative value forgets the shape).");
+  m.def(
+      "autotune_get",
+      [](int64_t B, int64_t C, int64_t H, int64_t W, int64_t M, int64_t K) {
+        return autotune_get(make_conv_shape(B, C, H, W, M, C, K, K));
+      },
+      py::arg("B"), py::arg("C"), py::arg("H"), py::arg("W"), py::arg("M"), py::arg("K"),
+      "The configuration recorded for this shape, -1 when none (the launcher then uses its default).");
 
   py::class_<PyNetwork>(m, "Network",
                         "The whole network on one GPU, weights uploaded once, buffers reused across calls.")

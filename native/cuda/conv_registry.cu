@@ -9,6 +9,16 @@ const std::vector<GpuConvVariant>& gpu_conv_variants() {
   static const std::vector<GpuConvVariant> v = {
       {"gpu-baseline", 0, "milestone 3: one thread per output element, global memory only", conv_fwd_gpu_baseline,
        conv_fwd_gpu_baseline_supports},
+      {"gpu-channel-parallel", 7, "several images per block, input channels split across warps, shared-memory reduction",
+       conv_fwd_gpu_channel_parallel, conv_gpu_channel_parallel_unsupported},
+      {"gpu-tensor-core", 8, "implicit GEMM on tensor cores (mma.sync TF32), 3xTF32 split for ~fp32 accuracy",
+       conv_fwd_gpu_tensor_core, conv_gpu_tensor_core_unsupported, Epilogue::None, false},
+      {"gpu-streams", 9, "x in pinned host memory: chunked copies overlap tensor-core compute on 4 streams",
+       conv_fwd_gpu_streams, conv_gpu_streams_unsupported, Epilogue::None, true},
+      {"gpu-fused-tanh-pool", 10, "conv + tanh + 2x2 max pool in one kernel: the un-pooled output never leaves the SM",
+       conv_fwd_gpu_fused_tanh_pool, conv_gpu_fused_tanh_pool_unsupported, Epilogue::TanhMaxPool2},
+      {"gpu-autotuned", 11, "tensor-core kernel with its tile configuration chosen per layer shape by measurement",
+       conv_fwd_gpu_autotuned, conv_gpu_autotuned_unsupported, Epilogue::None, false},
   };
   return v;
 }

@@ -44,5 +44,15 @@ std::string why_unsupported(const GpuConvVariant& v, const ConvShape& s);  // ""
 // The ladder's launchers, one per file native/cuda/conv_NN_<technique>.cu.
 void conv_fwd_gpu_baseline(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
 std::string conv_fwd_gpu_baseline_supports(const ConvShape& s);
+void conv_fwd_gpu_channel_parallel(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_gpu_channel_parallel_unsupported(const ConvShape& s);
+void conv_fwd_gpu_tensor_core(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_gpu_tensor_core_unsupported(const ConvShape& s);
+void conv_fwd_gpu_streams(const float* x_host, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_gpu_streams_unsupported(const ConvShape& s);
+void conv_fwd_gpu_fused_tanh_pool(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_gpu_fused_tanh_pool_unsupported(const ConvShape& s);
+void conv_fwd_gpu_autotuned(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_gpu_autotuned_unsupported(const ConvShape& s);
 
 }  // namespace pyconv
