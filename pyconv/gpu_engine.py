@@ -41,9 +41,61 @@ def check_impl(impl: str) -> str:
     return impl
 
 
-def choose_impls(model: Model, milestone: str, impl: str | None = None) -> list[str]:
-    """One registry variant per conv layer for a milestone: the given one, else the baseline everywhere."""
-    return [check_impl(impl or BASELINE)] * len(model.convs)
+# Milestone 4 runs one of three optimisations (--impl picks; the first is the default). Chosen from the ladder
+# as the three steps that each change the most: tiling with shared memory, implicit GEMM with register tiles,
+# and the fused conv+tanh+pool epilogue (a layer it cannot fuse falls back to the register-tiled kernel).
+M4_IMPLS = ("gpu-register-tiled", "gpu-shared-tiled", "gpu-fused-tanh-pool")
+
+
+def conv_sites(model: Model, batch: int):
+    """(B, C, H, W, M, K, tanh_pool_follows) for every conv layer of `model` at this batch size."""
+    from .model import shape_trace
+
+    shapes = [tuple(model.input_shape), *shape_trace(model)]
+    sites = []
+    for i, layer in enumerate(model.layers):
+        if layer.type != "conv":
+            continue
+        c, h, w = shapes[i]
+        nxt = model.layers[i + 1:i + 3]
+        fused = (len(nxt) == 2 and nxt[0].type == "tanh" and nxt[1].type == "pool" and nxt[1].mode == "max"
+                 and nxt[1].kernel == 2 and nxt[1].stride == 2)
+        sites.append((batch, c, h, w, layer.out_channels, layer.kernel, fused))
+    return sites
+
+
+def _first_supported(site, candidates) -> str:
+    from . import _gpu
+
+    b, c, h, w, m, k, fused = site
+    variants = {v["name"]: v for v in _gpu.variants()}
+    for name in candidates:
+        v = variants.get(name)
+        if v is None or (v["epilogue"] == "tanh-maxpool2" and not fused):
+            continue
+        if not _gpu.why_unsupported(name, b, c, h, w, m, k):
+            return name
+    raise PyconvError(f"no GPU variant among {', '.join(candidates)} supports conv layer {site[:6]}")
+
+
+def choose_impls(model: Model, milestone: str, impl: str | None = None, batch: int = 10000) -> list[str]:
+    """One registry variant per conv layer.
+
+    --impl given: that variant for every layer (a fused variant only where tanh + maxpool 2/2 follow; elsewhere
+    the milestone's non-fused choice). Otherwise m3: the baseline; m4: M4_IMPLS[0]; final: per-layer selection
+    from the tuning table (pyconv.tuning), with the autotuner's cache for this GPU applied first."""
+    sites = conv_sites(model, batch)
+    if impl is not None:
+        check_impl(impl)
+        return [_first_supported(s, [impl, M4_IMPLS[0], BASELINE]) for s in sites]
+    if milestone == "3":
+        return [BASELINE] * len(sites)
+    if milestone == "4":
+        return [_first_supported(s, [M4_IMPLS[0], BASELINE]) for s in sites]
+    from . import _gpu, tuning
+
+    tuning.load_cache(_gpu.device_info()["name"])
+    return tuning.choose_impls_final(sites)
 
 
 @dataclass
@@ -71,7 +123,7 @@ class GpuEngine:
                 streams: int = 2) -> GpuResult:
         """Labels for x[N][C][H][W] (uint8 or float32); impls: one variant per conv layer (or one for all)."""
         if impls is None or isinstance(impls, str):
-            impls = choose_impls(self.model, "3", impls)
+            impls = choose_impls(self.model, "3", impls, batch=len(x))
         if x.dtype not in (np.uint8, np.float32):
             raise PyconvError(f"images must be uint8 or float32, got {x.dtype}")
         if x.shape[1:] != tuple(self.model.input_shape):
@@ -93,7 +145,7 @@ def run_gpu_milestone(m: str, model: Model, x_uint8: np.ndarray, labels: np.ndar
     if str(gpus).strip() != "1":
         raise PyconvError(f"--gpus {gpus}: this engine runs on one GPU for now (use 1)")
     gpu_module()
-    impls = choose_impls(model, m, impl)
+    impls = choose_impls(model, m, impl, batch=len(x_uint8))
     engine = GpuEngine(model)
     print("New Inference", flush=True)
     res = engine.forward(x_uint8, impls)
