@@ -142,14 +142,16 @@ def models(c):
             "seed": "seed of the initialisation and the shuffling: same seed, same weights on one machine (default 0)",
             "batch_size": "images per training step (default 64)", "lr": "Adam learning rate (default 0.001)",
             "max_batches": "stop after this many steps in all (for a deliberately under-trained model)",
+            "threads": "CPU threads for PyTorch (default 1; the weights depend on it, so it is fixed)",
             "force": "overwrite an existing model file of that name"})
 @user_errors
-def train(c, arch, name, epochs=2, seed=0, batch_size=64, lr=None, max_batches=None, force=False):
+def train(c, arch, name, epochs=2, seed=0, batch_size=64, lr=None, max_batches=None, threads=1,
+          force=False):
     """Train a course network with PyTorch on Fashion-MNIST and write it as a model file (needs PyTorch)."""
     from pyconv import train as t
 
     path = t.train(arch, name, epochs=epochs, seed=seed, batch_size=batch_size, lr=1e-3 if lr is None else lr,
-                   max_batches=max_batches, force=force)
+                   max_batches=max_batches, threads=threads, force=force)
     print(f"wrote {path}")
 
 
@@ -185,3 +187,57 @@ def _accept_long_single_letter_flags():
 
 
 _accept_long_single_letter_flags()
+
+
+@task(help={"tools": "comma-separated compute-sanitizer tools (default: all four: memcheck, racecheck, "
+                     "initcheck, synccheck)",
+            "variants": "comma-separated GPU variants (default: every registry entry)",
+            "milestone": "GPU milestone also run whole under memcheck: 3, 4, final, or none (default 3)",
+            "model": "model of that milestone run (default ece408, else the first available)",
+            "batch": "batch of that milestone run, 1..10000 (default 64)",
+            "timeout": "seconds allowed to each sanitized process (default 600)"})
+@user_errors
+def sanitize(c, tools=None, variants=None, milestone="3", model=None, batch="64", timeout="600"):
+    """compute-sanitizer over every GPU variant at edge shapes and one milestone run; fails on any error."""
+    from pyconv import sanitize as s
+
+    # batch and timeout stay strings here: the project checks them (Invoke's int cast would print a traceback)
+    code = s.run_sanitize(tools=tools, variants=variants, milestone=milestone, model=model, batch=batch,
+                          timeout=timeout)
+    if code:
+        raise Exit(code=code)
+
+
+@task(help={"model": "model(s) whose conv layers to benchmark, comma-separated; an architecture name (fa17, sp18, "
+                     "fa18, sp19) works too (default ece408; for --end-to-end: every shipped model)",
+            "batch": "images per layer, 1..10000 (default 10000; cpu-naive then runs 1000 unless --batch is given)",
+            "reps": "timed runs per measurement (default 20 on the GPU, 5 on the CPU)",
+            "warmup": "untimed runs before the timed ones (default 5; the CPU does one)",
+            "cpu": "benchmark the CPU variants against PyTorch on the CPU",
+            "gpu": "benchmark the GPU variants against cuDNN (the default where a GPU is visible)",
+            "end_to_end": "time the whole network (resident, pinned, pageable) against PyTorch + cuDNN",
+            "out": "JSON to write (default results/bench-<gpu-slug>-<date>.json, or bench-cpu-<cpu>-<date>.json)",
+            "variants": "only these variants, comma-separated (GPU and/or CPU registry names)"})
+@user_errors
+def bench(c, model=None, batch=None, reps=None, warmup=None, cpu=False, gpu=False, end_to_end=False, out=None,
+          variants=None):
+    """Every variant on every conv layer: op time, GFLOP/s, GB/s, % of roofline, x cuDNN; JSON under results/."""
+    from pyconv import bench as b
+
+    b.run(model=model, batch=batch, reps=reps, warmup=warmup, cpu=cpu, gpu=gpu, end_to_end=end_to_end, out=out,
+          variants=variants)
+
+
+@task(help={"json": "the bench JSON to report on (default: the newest results/bench-*.json)",
+            "out": "Markdown page to write (default results/report.md; plots go beside it)",
+            "readme": "also rewrite README.md between <!-- bench:begin --> and <!-- bench:end -->"})
+@user_errors
+def report(c, json=None, out=None, readme=False):
+    """Markdown page with the ladder tables and PNG plots from a bench JSON (and optionally the README section)."""
+    from pyconv import report as r
+
+    dest, pngs = r.write_report(json, out)
+    print(f"wrote {dest}" + "".join(f", {p.name}" for p in pngs))
+    if readme:
+        src = json or r.newest_json()
+        print(f"rewrote the benchmark section of {r.update_readme(r.load(src))}")

@@ -1,0 +1,437 @@
+"""`invoke report`: a Markdown page and PNG plots from one `invoke bench` JSON file, and the README's performance
+section generated from the same tables (between the markers `<!-- bench:begin -->` and `<!-- bench:end -->`).
+
+The tables are built once (`tables`) and rendered two ways: aligned plain text (what `invoke bench` prints last)
+and Markdown (`markdown_tables`, what the report and the README show). Every number comes from the JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import paths
+from .errors import PyconvError
+from .fileio import atomic_path, write_text_atomic
+
+README = paths.ROOT / "README.md"
+BEGIN = "<!-- bench:begin -->"
+END = "<!-- bench:end -->"
+DEFAULT_OUT = paths.RESULTS / "report.md"
+
+
+@dataclass
+class Table:
+    title: str
+    header: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading
+
+
+def load(path: str | os.PathLike) -> dict:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PyconvError(f"benchmark file {path} does not exist (run `invoke bench`)") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise PyconvError(f"benchmark file {path} is unreadable: {e}") from None
+    from .bench import FORMAT, VERSION
+
+    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
+        raise PyconvError(f"{path} is not a {FORMAT} v{VERSION} file")
+    return data
+
+
+def newest_json(folder: Path = paths.RESULTS) -> Path:
+    """The most recently written results/bench-*.json."""
+    files = sorted(folder.glob("bench-*.json"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        raise PyconvError(f"no bench-*.json in {folder}: run `invoke bench` first, or pass --json")
+    return files[-1]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Formatting
+
+
+def num(v, digits: int = 3) -> str:
+    """A number with `digits` significant digits (at least the integer part); '-' for None."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    v = float(v)
+    if v == 0:
+        return "0"
+    mag = abs(v)
+    if mag >= 10 ** (digits - 1):
+        return f"{v:,.0f}"
+    decimals = max(0, digits - 1 - int(f"{mag:e}".split("e")[1]))
+    return f"{v:.{decimals}f}"
+
+
+def _ms(d: dict | None, key: str = "median", digits: int = 3) -> str:
+    return num(d.get(key), digits) if isinstance(d, dict) and key in d else "-"
+
+
+def _check(row: dict) -> str:
+    c = row.get("check")
+    if row.get("error"):
+        return "error: " + row["error"]
+    if not c:
+        return row.get("skipped", "-")
+    if not c["passed"]:
+        return f"FAIL ({c.get('why', '')})"
+    return f"ok ({c['max_rel_err']:.1e})"
+
+
+def header_lines(result: dict) -> list[str]:
+    """Where and when the numbers were measured."""
+    lines = []
+    gpu = result.get("gpu")
+    if gpu:
+        lines.append(f"GPU: {gpu['name']} (sm_{gpu['compute_capability'].replace('.', '')}, "
+                     f"{gpu['multiprocessors']} SMs), driver {result.get('driver') or 'unknown'}, "
+                     f"CUDA driver API {result.get('cuda_driver_api')}, runtime {result.get('cuda_runtime')}")
+    cpu = result.get("host_cpu") or {}
+    load = result.get("host_load") or {}
+    busy = ""
+    if load.get("start") is not None:
+        busy = f"; load average {load['start']} at the start, {load.get('end')} at the end"
+        if max(load["start"], load.get("end") or 0) > cpu.get("cores", 1):
+            busy += " (other work shared the CPU: CPU timings are pessimistic)"
+    lines.append(f"Host CPU: {cpu.get('model', 'unknown')}, {cpu.get('cores', '?')} cores{busy}")
+    t = result.get("torch")
+    if t:
+        lines.append(f"PyTorch {t['version']} (CUDA {t.get('cuda') or 'none'}, cuDNN {t.get('cudnn') or 'none'})")
+    lines.append(f"Commit {result.get('commit')}, {result.get('date')}")
+    roof = result.get("roofline")
+    if roof:
+        lines.append(f"Roofline (measured in this run): copy {num(roof['copy_GBps'])} GB/s; FP32 "
+                     f"{num(roof['fp32_GFLOPs'])} GFLOP/s (FFMA probe {num(roof['fma_GFLOPs'])}, cuBLAS SGEMM "
+                     f"{num(roof['sgemm_GFLOPs'])}; the higher is the ceiling)")
+    s = result.get("settings", {})
+    keys = (("gpu_reps", "GPU reps"), ("cpu_reps", "CPU reps"), ("cpu_warmup", "CPU warm-up"),
+            ("cpu_threads", "CPU threads"), ("cpu_naive_batch", "cpu-naive batch"))
+    lines.append(f"Inputs: {s.get('inputs', '?')}; batch {s.get('batch')}"
+                 + (f"; GPU warm-up {s.get('warmup')}" if result.get("gpu") else "")
+                 + "".join(f"; {label} {s[k]}" for k, label in keys if k in s))
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tables
+
+
+def _layer_title(layer: dict) -> str:
+    return (f"{layer['model']} {layer['layer']}: B={layer['B']} C={layer['C']} {layer['H']}x{layer['W']} "
+            f"M={layer['M']} K={layer['K']}" + (" (tanh + max-pool 2/2 follow)" if layer["tanh_pool_follows"] else ""))
+
+
+def layer_table(layer: dict) -> Table:
+    fused_site = layer["tanh_pool_follows"]
+    header = ["variant", "step", "ms", "min ms", "p90 ms", "GFLOP/s", "GB/s", "% roofline", "x cuDNN"]
+    if fused_site:
+        header += ["+tanh+pool ms", "x cuDNN (fused)"]
+    header.append("correctness (max rel err)")
+    t = Table(_layer_title(layer), header)
+    for r in layer["variants"]:
+        pooled = r["epilogue"] == "tanh-maxpool2"
+        row = [r["variant"] + (" (conv+tanh+pool)" if pooled else "") + (" (x from host)" if r["x_on_host"] else ""),
+               str(r["step"]), _ms(r.get("ms")), _ms(r.get("ms"), "min"), _ms(r.get("ms"), "p90"),
+               num(r.get("gflops")), num(r.get("gbps")), num(r.get("pct_roofline"), 2), num(r.get("x_cudnn"), 2)]
+        if fused_site:
+            row += [_ms(r.get("tanh_pool_ms")), num(r.get("tanh_pool_x_cudnn"), 2)]
+        row.append(_check(r))
+        t.rows.append(row)
+    cud = layer.get("cudnn", {})
+    if "conv_ms" in cud:
+        c = cud["conv_ms"]
+        row = ["cuDNN conv2d", "-", _ms(c), _ms(c, "min"), _ms(c, "p90"),
+               num(layer["flops"] / (c["median"] * 1e6)), num(layer["bytes"] / (c["median"] * 1e6)),
+               num(layer["floor_ms"] / c["median"] * 100, 2), "1"]
+        if fused_site:
+            f = cud.get("conv_tanh_pool_ms")
+            row += [_ms(f), "1" if f else "-"]
+        row.append("reference")
+        t.rows.append(row)
+        t.notes.append(cud.get("source", ""))
+    elif "error" in cud:
+        t.notes.append("cuDNN: " + cud["error"])
+    floor = f"roofline floor {num(layer['floor_ms'])} ms"
+    if fused_site:
+        floor += f" (conv + tanh + pool, pooled output: {num(layer['floor_tanh_pool_ms'])} ms)"
+    t.notes.append(floor)
+    if layer.get("best"):
+        t.notes.append(f"best: {layer['best']['variant']} {num(layer['best']['ms'])} ms")
+    return t
+
+
+def gpu_summary_table(result: dict) -> Table:
+    t = Table("Best per layer (GPU)", ["model", "layer", "best variant", "ms", "floor ms", "% roofline",
+                                       "cuDNN ms", "x cuDNN"])
+    for layer in result.get("layers", []):
+        b = layer.get("best")
+        if not b:
+            t.rows.append([layer["model"], layer["layer"], "none passed", "-", "-", "-", "-", "-"])
+            continue
+        fused = bool(b.get("tanh_pool"))
+        floor = layer["floor_tanh_pool_ms"] if fused else layer["floor_ms"]
+        cud = layer.get("cudnn", {}).get("conv_tanh_pool_ms" if fused else "conv_ms", {})
+        label = b["variant"] + (" (conv+tanh+pool)" if fused and not b["variant"].endswith("+ pool") else "")
+        t.rows.append([layer["model"], layer["layer"], label,
+                       num(b["ms"]), num(floor), num(floor / b["ms"] * 100, 2), _ms(cud),
+                       num(b.get("x_cudnn"), 2)])
+    return t
+
+
+def cpu_table(result: dict) -> Table:
+    t = Table("CPU variants against PyTorch on the CPU", ["model", "layer", "shape", "variant", "batch", "threads",
+                                                          "median s", "min s", "GFLOP/s", "x PyTorch",
+                                                          "correctness (max rel err)"])
+    for r in result.get("cpu", []):
+        shape = f"C={r['C']} {r['H']}x{r['W']} M={r['M']} K={r['K']}"
+        t.rows.append([r["model"], r["layer"], shape, r["variant"], str(r["B"]), str(r["threads"]),
+                       _ms(r.get("s")), _ms(r.get("s"), "min"), num(r.get("gflops")), num(r.get("x_torch"), 2),
+                       _check(r) if "check" in r or "skipped" in r else "reference"])
+    return t
+
+
+def end_to_end_table(result: dict) -> Table:
+    t = Table("End to end (whole network, batch in, labels out)",
+              ["model", "batch", "who", "resident ms", "pinned ms", "pageable ms", "images/s (pinned)",
+               "x PyTorch (pinned)", "Correctness", "peak device MB"])
+    for e in result.get("end_to_end", []):
+        for mode in ("resident_ms", "pinned_ms"):
+            if "error" in e["pyconv"].get(mode, {}):
+                t.notes.append(f"{e['model']} pyconv {mode[:-3]}: {e['pyconv'][mode]['error']}")
+        for who, d in (("pyconv " + ",".join(e["impls"]), e["pyconv"]), ("PyTorch", e.get("pytorch", {}))):
+            if "error" in d:
+                t.rows.append([e["model"], str(e["batch"]), who, d["error"], "", "", "", "", "", ""])
+                continue
+            mine = who != "PyTorch"
+            t.rows.append([e["model"], str(e["batch"]), who, _ms(d.get("resident_ms")), _ms(d.get("pinned_ms")),
+                           _ms(d.get("pageable_ms")), num(d.get("pinned_ms", {}).get("images_per_s")),
+                           num(e.get("x_pytorch", {}).get("pinned_ms"), 2) if mine else "1",
+                           num(d.get("correctness"), 4), num(d.get("peak_device_bytes", 0) / 2**20)])
+    return t
+
+
+def goals_table(result: dict) -> Table:
+    t = Table("Goals", ["goal", "target", "measured", "met", "note"])
+    for g in result.get("goals", []):
+        met = "-" if g["met"] is None else ("yes" if g["met"] else "NO")
+        t.rows.append([g["name"], f"{g['target']} {g['unit']}", num(g["measured"]), met, g.get("note", "")])
+    return t
+
+
+def tables(result: dict) -> list[Table]:
+    out: list[Table] = []
+    if result.get("layers"):
+        out += [layer_table(layer) for layer in result["layers"]]
+        out.append(gpu_summary_table(result))
+    if result.get("cpu"):
+        out.append(cpu_table(result))
+    if result.get("end_to_end"):
+        out.append(end_to_end_table(result))
+    if result.get("goals"):
+        out.append(goals_table(result))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Rendering
+
+
+def render_text(t: Table) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in t.rows)) if t.rows else len(h) for i, h in enumerate(t.header)]
+
+    def line(cells):
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    out = [t.title, line(t.header), line(["-" * w for w in widths])]
+    out += [line(r) for r in t.rows]
+    out += [f"  {n}" for n in t.notes if n]
+    return "\n".join(out)
+
+
+def _md_cell(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(t: Table) -> str:
+    out = [f"#### {t.title}", "", "| " + " | ".join(_md_cell(h) for h in t.header) + " |",
+           "|" + "---|" * len(t.header)]
+    out += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in t.rows]
+    notes = [n for n in t.notes if n]
+    if notes:
+        out += ["", *(f"- {_md_cell(n)}" for n in notes)]
+    return "\n".join(out)
+
+
+def text_tables(result: dict) -> str:
+    return "\n".join(header_lines(result)) + "\n\n" + "\n\n".join(render_text(t) for t in tables(result)) + "\n"
+
+
+def markdown_tables(result: dict) -> str:
+    """The measurement's header and every table in Markdown: what the README's performance section shows."""
+    head = ["Measured by `invoke bench`:", "", *(f"- {line}" for line in header_lines(result))]
+    return "\n".join(head) + "\n\n" + "\n\n".join(render_markdown(t) for t in tables(result)) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Plots
+
+
+def _save(fig, dest: Path) -> Path:
+    with atomic_path(dest, suffix=".png") as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    return dest
+
+
+def _bar_panels(groups: list[tuple[str, list[tuple[str, float, str]]]], xlabel: str, log: bool, dest: Path,
+                title: str) -> Path:
+    """One horizontal bar panel per group (title, [(label, value, colour)])."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    height = sum(max(1, len(bars)) * 0.32 + 0.9 for _, bars in groups)
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9, max(2.5, height)), squeeze=False)
+    for ax, (name, bars) in zip(axes[:, 0], groups, strict=True):
+        labels = [b[0] for b in bars]
+        values = [b[1] for b in bars]
+        ax.barh(range(len(bars)), values, color=[b[2] for b in bars])
+        ax.set_yticks(range(len(bars)), labels, fontsize=8)
+        ax.invert_yaxis()
+        if log and values:
+            from matplotlib.ticker import NullFormatter
+
+            ax.set_xscale("log")
+            ax.set_xlim(min(values) / 4, max(values) * 3)  # bars start at the left edge: keep the shortest visible
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        elif values:
+            ax.set_xlim(0, max(values) * 1.2)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel(xlabel, fontsize=8)
+        for i, v in enumerate(values):
+            ax.text(v, i, f" {num(v)}", va="center", fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    try:
+        return _save(fig, dest)
+    finally:
+        plt.close(fig)
+
+
+OURS, FUSED, THEIRS = "tab:blue", "tab:green", "tab:orange"
+
+
+def plot_files(result: dict, stem: Path) -> list[Path]:
+    """PNGs beside the report: GPU op time per variant per layer (log scale), GPU % of roofline per variant per
+    layer, CPU op time per variant per layer (log scale). Only the plots the JSON has data for."""
+    written = []
+    layers = result.get("layers", [])
+    if layers:
+        times, roof = [], []
+        for layer in layers:
+            bars, pct = [], []
+            for r in layer["variants"]:
+                if "ms" not in r:
+                    continue
+                pooled = r["epilogue"] == "tanh-maxpool2"
+                label = r["variant"] + (" (conv+tanh+pool)" if pooled else "")
+                bars.append((label, r["ms"]["median"], FUSED if pooled else OURS))
+                pct.append((label, r["pct_roofline"], FUSED if pooled else OURS))
+                if "tanh_pool_ms" in r:
+                    bars.append((r["variant"] + " + tanh + pool", r["tanh_pool_ms"]["median"], FUSED))
+            cud = layer.get("cudnn", {})
+            if "conv_ms" in cud:
+                bars.append(("cuDNN conv2d", cud["conv_ms"]["median"], THEIRS))
+                pct.append(("cuDNN conv2d", layer["floor_ms"] / cud["conv_ms"]["median"] * 100, THEIRS))
+            if "conv_tanh_pool_ms" in cud:
+                bars.append(("cuDNN conv2d + tanh + pool", cud["conv_tanh_pool_ms"]["median"], THEIRS))
+            title = _layer_title(layer)
+            times.append((title, bars))
+            roof.append((title, pct))
+        gpu = (result.get("gpu") or {}).get("name", "GPU")
+        written.append(_bar_panels(times, "milliseconds (median, log scale)", True,
+                                   stem.with_name(stem.name + "-gpu-op-time.png"), f"Op time per variant, {gpu}"))
+        written.append(_bar_panels(roof, "% of the roofline floor", False,
+                                   stem.with_name(stem.name + "-gpu-roofline.png"), f"% of roofline, {gpu}"))
+    cpu = result.get("cpu", [])
+    if cpu:
+        groups: dict[str, list] = {}
+        for r in cpu:
+            if "s" not in r:
+                continue
+            key = f"{r['model']} {r['layer']}: C={r['C']} {r['H']}x{r['W']} M={r['M']} K={r['K']}"
+            groups.setdefault(key, []).append((f"{r['variant']} (batch {r['B']})", r["s"]["median"],
+                                               THEIRS if r["variant"].startswith("pytorch") else OURS))
+        if groups:
+            host = (result.get("host_cpu") or {}).get("model", "CPU")
+            written.append(_bar_panels(list(groups.items()), "seconds (median, log scale)", True,
+                                       stem.with_name(stem.name + "-cpu-op-time.png"), f"CPU op time, {host}"))
+    return written
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The page and the README
+
+
+def report_markdown(result: dict, source: str, images: list[str]) -> str:
+    page = ["# pyconv benchmark report", "", f"Generated by `invoke report` from `{source}`.", "",
+            markdown_tables(result).rstrip(), ""]
+    if images:
+        page += ["## Plots", ""] + [f"![{Path(i).stem}]({i})" for i in images] + [""]
+    return "\n".join(page)
+
+
+def write_report(json_path: str | os.PathLike | None = None,
+                 out: str | os.PathLike | None = None) -> tuple[Path, list[Path]]:
+    """Report page + plots from a bench JSON (default: the newest results/bench-*.json)."""
+    src = Path(json_path) if json_path else newest_json()
+    result = load(src)
+    dest = Path(out) if out else DEFAULT_OUT
+    if dest.suffix != ".md":
+        raise PyconvError(f"--out must name a .md file, got {dest}")
+    stem = dest.with_suffix("")
+    pngs = plot_files(result, stem)
+    try:
+        shown_src = os.path.relpath(src, dest.parent)
+    except ValueError:
+        shown_src = src.name
+    write_text_atomic(dest, report_markdown(result, shown_src, [p.name for p in pngs]))
+    return dest, pngs
+
+
+def replace_between_markers(text: str, block: str) -> str:
+    """`text` with what lies between BEGIN and END replaced by `block`; every other byte unchanged."""
+    if text.count(BEGIN) != 1 or text.count(END) != 1:
+        raise PyconvError(f"the README needs exactly one {BEGIN} and one {END} marker (found "
+                          f"{text.count(BEGIN)} and {text.count(END)}); nothing was changed")
+    if text.index(END) < text.index(BEGIN):
+        raise PyconvError(f"{END} comes before {BEGIN} in the README; nothing was changed")
+    head, rest = text.split(BEGIN)
+    tail = rest.split(END)[1]
+    return head + BEGIN + "\n" + block.rstrip("\n") + "\n" + END + tail
+
+
+def update_readme(result: dict, readme: Path = README) -> Path:
+    """Rewrite the README's benchmark section; read and written as bytes so line endings stay as they are."""
+    try:
+        text = readme.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise PyconvError(f"cannot read {readme}: {e}") from None
+    new = replace_between_markers(text, markdown_tables(result))
+    if new != text:
+        with atomic_path(readme) as tmp:
+            tmp.write_bytes(new.encode("utf-8"))
+    return readme

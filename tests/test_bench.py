@@ -1,0 +1,467 @@
+"""`invoke bench` (pyconv.bench): the arithmetic (flops, bytes, roofline floor), the correctness gate, the goals,
+the JSON tags and its atomic write, and the CPU benchmark end to end on a tiny model. GPU parts are marked gpu."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from gpu_helpers import HAVE_GPU, random_model, requires_gpu
+
+from pyconv import bench, reference
+from pyconv.errors import PyconvError
+from pyconv.model import save_model
+
+# ---------------------------------------------------------------------------------------------------------------
+# Arithmetic on known shapes (the expected numbers are worked out by hand in the comments)
+
+
+def test_flops_and_bytes_of_sp19_conv1():
+    # Ho = Wo = 44; 2 * 10000 * 6 * 44 * 44 * 1 * 25 = 5,808,000,000
+    assert bench.conv_flops(10000, 1, 48, 48, 6, 5) == 5_808_000_000
+    # x 10000*2304 = 23,040,000; k 150; y 10000*6*1936 = 116,160,000 floats; * 4 bytes
+    assert bench.conv_bytes(10000, 1, 48, 48, 6, 5) == 4 * (23_040_000 + 150 + 116_160_000)
+    # pooled y: 22x22 -> 10000*6*484 = 29,040,000 floats
+    assert bench.conv_bytes(10000, 1, 48, 48, 6, 5, pooled=True) == 4 * (23_040_000 + 150 + 29_040_000)
+
+
+def test_flops_and_bytes_of_sp19_conv2_and_odd_pooling():
+    # Ho = Wo = 18; 2 * 10000 * 16 * 324 * 6 * 25 = 15,552,000,000
+    assert bench.conv_flops(10000, 6, 22, 22, 16, 5) == 15_552_000_000
+    assert bench.conv_bytes(10000, 6, 22, 22, 16, 5) == 4 * (10000 * 6 * 484 + 16 * 6 * 25 + 10000 * 16 * 324)
+    # 7x9 input, K=2: 6x8 output, pooled floor 3x4
+    assert bench.conv_bytes(1, 1, 7, 9, 1, 2, pooled=True) == 4 * (63 + 4 + 12)
+
+
+def test_floor_takes_the_slower_of_bytes_and_flops():
+    # 3 GB at 3000 GB/s = 1 ms; 1e12 flops at 50,000 GFLOP/s = 20 ms -> compute bound
+    assert bench.floor_ms(10**12, 3 * 10**9, 3000.0, 50000.0) == pytest.approx(20.0)
+    # the same bytes, 1e9 flops (0.02 ms) -> memory bound, 1 ms
+    assert bench.floor_ms(10**9, 3 * 10**9, 3000.0, 50000.0) == pytest.approx(1.0)
+    with pytest.raises(PyconvError):
+        bench.floor_ms(1, 1, 0.0, 1.0)
+
+
+def test_rates_and_percent_of_roofline():
+    r = bench.rates(flops=2 * 10**9, nbytes=4 * 10**8, ms=2.0, floor=0.5)
+    assert r["gflops"] == pytest.approx(1000.0)  # 2e9 flops in 2 ms
+    assert r["gbps"] == pytest.approx(200.0)  # 0.4 GB in 2 ms
+    assert r["pct_roofline"] == pytest.approx(25.0)
+
+
+def test_stats():
+    s = bench.stats([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert s == {"median": 3.0, "min": 1.0, "p90": pytest.approx(4.6), "reps": 5}
+    with pytest.raises(PyconvError):
+        bench.stats([])
+
+
+def test_random_inputs_are_nonzero_float32_of_both_signs(rng):
+    x = bench.random_nonzero(rng, (3, 4, 5, 6))
+    assert x.dtype == np.float32 and x.flags.c_contiguous and x.shape == (3, 4, 5, 6)
+    assert np.all(np.abs(x) >= 0.05) and np.all(np.abs(x) <= 1.0)
+    assert (x > 0).any() and (x < 0).any()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The correctness gate
+
+
+def test_check_slices_cover_both_ends():
+    n = bench.CHECK_IMAGES
+    assert bench.check_slices(5) == [slice(0, 5)]
+    assert bench.check_slices(n + 8) == [slice(0, n), slice(n, n + 8)]
+    assert bench.check_slices(10000) == [slice(0, n), slice(10000 - n, 10000)]
+
+
+def test_compare_passes_within_tolerance_and_fails_beyond():
+    ref = np.array([1.0, -2.0, 1e-8], np.float32)
+    ok = bench.compare(ref * (1 + 1e-6), ref, rtol=1e-5, atol=1e-6)
+    assert ok["passed"] and ok["max_abs_err"] < 1e-5
+    bad = bench.compare(ref + np.float32(1e-3), ref, rtol=1e-5, atol=1e-6)
+    assert not bad["passed"] and "3 of 3" in bad["why"]
+    nan = ref.copy()
+    nan[1] = np.nan
+    r = bench.compare(nan, ref, rtol=1e-5, atol=1e-6)
+    assert not r["passed"] and "NaN" in r["why"]
+    assert not bench.compare(ref[:2], ref, 1e-5, 1e-6)["passed"]
+
+
+def test_check_output_catches_an_error_in_the_last_images_only(rng):
+    x = bench.random_nonzero(rng, (80, 2, 9, 9))
+    k = bench.random_nonzero(rng, (3, 2, 3, 3))
+    y = reference.conv2d(x, k)
+    assert bench.check_output(y, x, k, False, 1e-5, 1e-5)["passed"]
+    y[-1, 2, 6, 6] += 1.0  # an image the first-images check would never see
+    r = bench.check_output(y, x, k, False, 1e-5, 1e-5)
+    assert not r["passed"] and r["images_checked"] == 2 * bench.CHECK_IMAGES
+    pooled = reference.tanh_maxpool2(reference.conv2d(x, k))
+    assert bench.check_output(pooled, x, k, True, 1e-5, 1e-5)["passed"]
+
+
+def test_a_cpu_variant_that_skips_an_output_is_marked_and_not_timed(rng, monkeypatch):
+    from pyconv import _cpu
+
+    real = _cpu.conv
+
+    def forgets_one(name, x, k, out=None):
+        y = real(name, x, k)
+        y[0, 0, 0, 0] = np.nan  # as if the kernel never wrote it (the bench poisons `out` with NaN)
+        out[...] = y
+        return out
+
+    monkeypatch.setattr(_cpu, "conv", forgets_one)
+    site = {"model": "t", "layer": "conv1", "B": 4, "C": 1, "H": 8, "W": 8, "M": 2, "K": 3,
+            "tanh_pool_follows": False}
+    rows = bench.bench_cpu_layer(site, ["cpu-fast"], lambda _n: 4, rng, reps=2, torch=None)
+    assert len(rows) == 1
+    assert not rows[0]["check"]["passed"] and "s" not in rows[0] and "FAILED" in rows[0]["skipped"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Layer summary and goals
+
+
+def _row(name, ms, epilogue="none", tanh_pool=None):
+    r = {"variant": name, "step": 0, "summary": "", "epilogue": epilogue, "x_on_host": False,
+         "check": {"passed": True}, "ms": {"median": ms}}
+    if tanh_pool is not None:
+        r["tanh_pool_ms"] = {"median": tanh_pool}
+    return r
+
+
+def _layer(key, rows, cudnn_conv, cudnn_fused=None, batch=10000, fused=False):
+    C, H, W, M, K = key
+    layer = {"model": "m", "layer": "conv", "B": batch, "C": C, "H": H, "W": W, "M": M, "K": K,
+             "tanh_pool_follows": fused, "variants": rows, "cudnn": {"conv_ms": {"median": cudnn_conv}}}
+    if cudnn_fused is not None:
+        layer["cudnn"]["conv_tanh_pool_ms"] = {"median": cudnn_fused}
+    bench.summarise_layer(layer)
+    return layer
+
+
+def test_summarise_layer_picks_the_best_passing_variant_and_the_fused_path():
+    failed = {"variant": "wrong", "step": 1, "summary": "", "epilogue": "none", "x_on_host": False,
+              "check": {"passed": False}, "skipped": "FAILED"}
+    layer = _layer(bench.SP19_CONV1, [failed, _row("a", 0.30, tanh_pool=0.40), _row("b", 0.20, tanh_pool=0.35),
+                                      _row("fused", 0.08, "tanh-maxpool2")], 2.0, 2.4, fused=True)
+    assert layer["best_conv"]["variant"] == "b" and layer["best_conv"]["x_cudnn"] == pytest.approx(10.0)
+    assert layer["best_conv_tanh_pool"]["variant"] == "fused"
+    assert layer["best_conv_tanh_pool"]["x_cudnn"] == pytest.approx(30.0)
+    assert layer["best"] == {"variant": "fused", "ms": 0.08, "tanh_pool": True, "x_cudnn": pytest.approx(30.0)}
+    assert layer["variants"][1]["x_cudnn"] == pytest.approx(2.0 / 0.30)
+    assert layer["variants"][1]["tanh_pool_x_cudnn"] == pytest.approx(2.4 / 0.40)
+    assert "x_cudnn" not in layer["variants"][0]
+
+
+def _by_name(goals):
+    return {g["name"]: g for g in goals}
+
+
+def test_goals_met_and_missed():
+    c1 = _layer(bench.SP19_CONV1, [_row("p", 0.5), _row("fused", 0.09, "tanh-maxpool2")], 2.2, 2.5, fused=True)
+    c2 = _layer(bench.SP19_CONV2, [_row("q", 0.40)], 1.0)  # 2.5x cuDNN: misses >= 3
+    result = {"parts": ["gpu"], "layers": [c1, c2]}
+    g = _by_name(bench.check_goals(result))
+    total = g["sp19 total conv op time (best per layer, batch 10000)"]
+    assert total["measured"] == pytest.approx(0.49) and total["met"] is False
+    conv1 = next(v for k, v in g.items() if k.startswith("sp19 conv1 x cuDNN"))
+    conv2 = next(v for k, v in g.items() if k.startswith("sp19 conv2 x cuDNN"))
+    assert conv1["met"] is True and conv1["measured"] == pytest.approx(2.5 / 0.09)
+    assert conv2["met"] is False and conv2["measured"] == pytest.approx(2.5)
+    assert g["sp19 fused conv1 + tanh + pool"]["met"] is True
+    fa17 = g["fa17 conv"]
+    assert fa17["measured"] is None and fa17["met"] is None and "not in this run" in fa17["note"]
+    assert not any(x["name"].startswith("cpu-fast") for x in bench.check_goals(result))
+
+
+def test_goals_need_batch_10000():
+    c1 = _layer(bench.SP19_CONV1, [_row("p", 0.01)], 2.2, batch=100)
+    c2 = _layer(bench.SP19_CONV2, [_row("q", 0.01)], 1.0, batch=100)
+    g = _by_name(bench.check_goals({"parts": ["gpu"], "layers": [c1, c2]}))
+    assert g["sp19 total conv op time (best per layer, batch 10000)"]["met"] is None
+
+
+def test_cpu_and_end_to_end_goals():
+    def cpu_row(key, s):
+        C, H, W, M, K = key
+        return {"variant": "cpu-fast", "C": C, "H": H, "W": W, "M": M, "K": K, "B": 10000, "s": {"median": s}}
+
+    e2e = {"model": "ece408", "arch": "sp19", "batch": 10000,
+           "pyconv": {"resident_ms": {"median": 0.9}, "pinned_ms": {"median": 1.4}, "pageable_ms": {"median": 2.0},
+                      "correctness": 0.8397},
+           "pytorch": {"pinned_ms": {"median": 7.0}, "pageable_ms": {"median": 8.0}, "correctness": 0.8398},
+           "x_pytorch": {"pinned_ms": 5.0, "pageable_ms": 4.0}}
+    result = {"parts": ["cpu", "end_to_end"], "cpu": [cpu_row(bench.SP19_CONV1, 0.09), cpu_row(bench.SP19_CONV2, 0.2)],
+              "end_to_end": [e2e]}
+    g = _by_name(bench.check_goals(result))
+    assert g["cpu-fast sp19 conv1 (batch 10000)"]["met"] is True
+    assert g["cpu-fast sp19 conv2 (batch 10000)"]["met"] is False
+    assert g["sp19 end to end, data resident"]["met"] is True
+    assert g["sp19 end to end, including the copy (best of pinned, pageable)"]["measured"] == 1.4
+    assert g["sp19 end to end including the copy x PyTorch (best vs best)"]["measured"] == pytest.approx(5.0)
+    same = g["sp19 Correctness equals PyTorch's (images that differ)"]
+    assert same["measured"] == pytest.approx(1.0) and same["met"] is True
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Choices, tags, the file
+
+
+def test_parts():
+    assert bench.parse_parts(False, False, False, gpu_available=True) == (["gpu"], "")
+    parts, note = bench.parse_parts(False, False, False, gpu_available=False)
+    assert parts == ["cpu"] and "no CUDA GPU" in note
+    assert bench.parse_parts(True, True, True, gpu_available=True)[0] == ["gpu", "cpu", "end_to_end"]
+    with pytest.raises(PyconvError, match="need a CUDA GPU"):
+        bench.parse_parts(False, True, False, gpu_available=False)
+
+
+def test_variant_selection():
+    gpu, cpu = ["gpu-a", "gpu-b"], ["cpu-naive", "cpu-fast"]
+    assert bench.split_variants(None, gpu, cpu) == (gpu, cpu)
+    assert bench.split_variants("cpu-fast, gpu-b", gpu, cpu) == (["gpu-b"], ["cpu-fast"])
+    with pytest.raises(PyconvError, match="unknown variant.*nope"):
+        bench.split_variants("gpu-a,nope", gpu, cpu)
+
+
+def test_tags():
+    assert re.fullmatch(r"([0-9a-f]{40}(-dirty)?|unknown)", bench.git_commit())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", bench.utc_now())
+    cpu = bench.host_cpu()
+    assert cpu["model"] and cpu["cores"] >= 1
+    assert bench.cuda_version(12080) == "12.8" and bench.cuda_version(13000) == "13.0"
+
+
+def test_default_out_names_the_gpu_or_the_cpu():
+    r = {"date": "2026-01-02T03:04:05+00:00", "gpu": {"name": "NVIDIA H100 80GB HBM3"}, "host_cpu": {"model": "x"}}
+    assert bench.default_out(r).name == "bench-nvidia-h100-80gb-hbm3-2026-01-02.json"
+    r["gpu"] = None
+    r["host_cpu"] = {"model": "Intel(R) Xeon(R) Processor"}
+    assert bench.default_out(r).name == "bench-cpu-intel-r-xeon-r-processor-2026-01-02.json"
+
+
+def test_json_is_written_atomically(tmp_path, monkeypatch):
+    dest = tmp_path / "results" / "bench-x.json"
+    bench.write_json({"format": bench.FORMAT, "a": 1}, dest)
+    assert json.loads(dest.read_text()) == {"format": bench.FORMAT, "a": 1}
+
+    def boom(*_a, **_k):
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setattr(bench.json, "dumps", boom)
+    with pytest.raises(RuntimeError):
+        bench.write_json({"b": 2}, dest)
+    assert json.loads(dest.read_text()) == {"format": bench.FORMAT, "a": 1}  # the old file, whole
+    assert [p.name for p in dest.parent.iterdir()] == ["bench-x.json"]  # no temporary left behind
+
+
+def test_architecture_names_give_the_course_shapes():
+    sites = bench.sites_of(bench.layer_model("sp19"), 10000)
+    assert [(bench.shape_key(s), s["tanh_pool_follows"]) for s in sites] == [
+        (bench.SP19_CONV1, True), (bench.SP19_CONV2, False)]
+    assert [bench.shape_key(s) for s in bench.sites_of(bench.layer_model("fa17"), 1)] == [bench.FA17_CONV]
+    with pytest.raises(PyconvError, match="architecture name"):
+        bench.layer_model("no-such-model")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The CPU benchmark end to end on a tiny model
+
+
+def test_cpu_bench_on_a_tiny_model(tmp_path, rng):
+    model = random_model(rng, input_shape=(1, 14, 14), name="tiny")
+    path = save_model(model, tmp_path / "tiny.h5")
+    out = tmp_path / "bench.json"
+    lines: list[str] = []
+    result, dest = bench.run(model=str(path), batch=6, reps=2, cpu=True, out=str(out), echo=lines.append)
+    assert dest == out
+    data = json.loads(out.read_text())
+    assert data == json.loads(json.dumps(result))
+    assert data["format"] == "pyconv-bench" and data["version"] == 1 and data["parts"] == ["cpu"]
+    assert data["commit"] == bench.git_commit() and data["date"].endswith("+00:00")
+    assert data["host_cpu"]["cores"] >= 1 and data["settings"]["batch"] == 6
+    assert data["settings"]["cpu_naive_batch"] == 6  # --batch given: cpu-naive runs it too
+    from pyconv import _cpu
+
+    names = [v["name"] for v in _cpu.variants()]
+    ours = [r for r in data["cpu"] if r["variant"] in names]
+    assert sorted({(r["layer"], r["variant"]) for r in ours}) == sorted(
+        (layer, n) for layer in ("conv1", "conv2") for n in names)
+    for r in ours:
+        assert r["check"]["passed"] and r["B"] == 6 and r["s"]["reps"] == 2 and r["s"]["median"] > 0
+    assert {(r["C"], r["H"], r["M"], r["K"]) for r in ours} == {(1, 14, 4, 5), (4, 5, 8, 3)}
+    torch_rows = [r for r in data["cpu"] if r["variant"].startswith("pytorch")]
+    if data["torch"] is None:
+        assert not torch_rows
+    else:
+        assert len(torch_rows) == 2 and all("x_torch" in r for r in ours)
+    assert [g["name"] for g in data["goals"]] == ["cpu-fast sp19 conv1 (batch 10000)",
+                                                  "cpu-fast sp19 conv2 (batch 10000)"]
+    assert all(g["met"] is None for g in data["goals"])  # the tiny model has no sp19 layer
+    assert lines[-2] == f"wrote {out}"  # the table comes last
+    assert lines[-1].startswith("Host CPU") and "Goals" in lines[-1] and "cpu-fast" in lines[-1]
+
+
+def test_naive_batch_is_reduced_only_without_batch(tmp_path, rng):
+    model = random_model(rng, input_shape=(1, 12, 12), name="tiny")
+    path = save_model(model, tmp_path / "tiny.h5")
+    result, _ = bench.run(model=str(path), reps=1, cpu=True, out=str(tmp_path / "b.json"), variants="cpu-naive",
+                          echo=lambda _s: None)
+    assert result["settings"]["batch"] == 10000 and result["settings"]["cpu_naive_batch"] == bench.NAIVE_BATCH
+    assert {r["B"] for r in result["cpu"] if r["variant"] == "cpu-naive"} == {bench.NAIVE_BATCH}
+
+
+def test_bad_arguments():
+    with pytest.raises(PyconvError, match="batch"):
+        bench.run(batch=0, cpu=True, echo=lambda _s: None)
+    with pytest.raises(PyconvError, match="--reps"):
+        bench.run(model="sp19", batch=2, reps=0, cpu=True, variants="cpu-fast", echo=lambda _s: None)
+    with pytest.raises(PyconvError, match="--warmup"):
+        bench.run(batch=2, warmup=-1, cpu=True, echo=lambda _s: None)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPU (skipped where none is visible)
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_gpu_layers_small_batch(tmp_path):
+    result, dest = bench.run(model="sp19", batch=64, reps=3, warmup=1, gpu=True, out=str(tmp_path / "g.json"),
+                             echo=lambda _s: None)
+    assert result["gpu"]["name"] and result["roofline"]["copy_GBps"] > 0 and result["roofline"]["fp32_GFLOPs"] > 0
+    assert len(result["layers"]) == 2
+    for layer in result["layers"]:
+        timed = [r for r in layer["variants"] if "ms" in r]
+        assert timed, "no variant was timed"
+        for r in layer["variants"]:
+            assert "error" not in r, r
+            if "check" in r:
+                assert r["check"]["passed"], r
+            if "ms" in r:
+                assert r["ms"]["median"] > 0 and 0 < r["pct_roofline"]
+        assert layer["best"] is not None
+    fused = [r for r in result["layers"][0]["variants"] if r["epilogue"] == "tanh-maxpool2"]
+    assert fused and all("ms" in r for r in fused)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU visible (or pyconv._gpu not built)")
+def test_gpu_end_to_end_on_shipped_models(tmp_path):
+    from pyconv import paths
+    from pyconv.model import shipped_models
+
+    if not shipped_models() or not paths.DATA_FILE.exists():
+        pytest.skip("no shipped models or no data")
+    name = shipped_models()[0]
+    result, _ = bench.run(model=name, batch=100, reps=2, warmup=1, end_to_end=True, out=str(tmp_path / "e.json"),
+                          echo=lambda _s: None)
+    (e,) = result["end_to_end"]
+    assert e["model"] == name and e["batch"] == 100 and e["pyconv"]["peak_device_bytes"] > 0
+    assert e["pyconv"]["pageable_ms"]["median"] > 0 and 0 <= e["pyconv"]["correctness"] <= 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The GPU layer path's logic, driven by a stand-in for pyconv._gpu (numpy reference inside, fixed timings), so the
+# bookkeeping runs where no GPU is visible. The real module is exercised by the gpu-marked tests above.
+
+
+class StandInGpu:
+    """pyconv._gpu's benchmark API with the reference as the kernel: fake-plain (conv), fake-fused (conv + tanh +
+    pool), fake-wrong (off by one in the last image: the check must catch it), fake-picky (refuses C < 4)."""
+
+    def __init__(self):
+        self.timed: list[str] = []
+
+    @staticmethod
+    def available():
+        return True
+
+    @staticmethod
+    def device_info():
+        return {"name": "Stand-in GPU", "compute_capability": "9.0", "multiprocessors": 1,
+                "cuda_driver_version": 13000, "cuda_runtime_version": 12080}
+
+    @staticmethod
+    def variants():
+        def v(name, step, epilogue="none"):
+            return {"name": name, "step": step, "summary": "stand-in", "epilogue": epilogue, "x_on_host": False,
+                    "tolerance": 1e-4}
+
+        return [v("fake-plain", 0), v("fake-wrong", 1), v("fake-picky", 2), v("fake-fused", 3, "tanh-maxpool2")]
+
+    @staticmethod
+    def why_unsupported(name, B, C, H, W, M, K):
+        return "needs C >= 4" if name == "fake-picky" and C < 4 else ""
+
+    @staticmethod
+    def conv(name, x, k):
+        y = reference.conv2d(x, k)
+        if name == "fake-wrong":
+            y[-1] += 1.0
+        return reference.tanh_maxpool2(y) if name == "fake-fused" else y
+
+    def time_conv(self, name, x, k, warmup, reps):
+        self.timed.append(name)
+        base = 0.5 if name == "fake-fused" else 2.0
+        return [base * (1 + 0.1 * i) for i in range(reps)]
+
+    def time_conv_tanh_pool(self, name, x, k, warmup, reps):
+        self.timed.append(name + "+tp")
+        return [3.0] * reps
+
+    @staticmethod
+    def measure_copy_bandwidth(nbytes, reps):
+        return [1000.0] * reps
+
+    @staticmethod
+    def measure_fma_rate(reps):
+        return [20000.0] * reps
+
+    @staticmethod
+    def measure_sgemm_rate(n, reps):
+        return [30000.0] * reps
+
+
+def test_gpu_layer_bookkeeping_with_a_stand_in(tmp_path, rng, monkeypatch):
+    from pyconv import gpu_engine, tuning
+
+    g = StandInGpu()
+    monkeypatch.setattr(bench, "_gpu_available", lambda: True)
+    monkeypatch.setattr(gpu_engine, "gpu_module", lambda: g)
+    monkeypatch.setattr(tuning, "load_cache", lambda _name: 0)
+    monkeypatch.setattr(bench, "torch_gpu", lambda: None)
+    monkeypatch.setattr(bench, "_registries", lambda: ([v["name"] for v in g.variants()], []))
+    model = random_model(rng, input_shape=(1, 14, 14), name="tiny")
+    path = save_model(model, tmp_path / "tiny.h5")
+    lines: list[str] = []
+    result, dest = bench.run(model=str(path), batch=40, reps=3, warmup=1, gpu=True, out=str(tmp_path / "g.json"),
+                             echo=lines.append)
+    assert json.loads(dest.read_text())["gpu"]["name"] == "Stand-in GPU"
+    assert result["cuda_runtime"] == "12.8" and result["roofline"]["fp32_GFLOPs"] == 30000.0
+    assert result["roofline"]["fp32_source"] == "sgemm"
+    conv1, conv2 = result["layers"]
+    rows1 = {r["variant"]: r for r in conv1["variants"]}
+    rows2 = {r["variant"]: r for r in conv2["variants"]}
+    # the wrong variant is caught (its error is in the last image) and never timed
+    assert not rows1["fake-wrong"]["check"]["passed"] and "ms" not in rows1["fake-wrong"]
+    assert "fake-wrong" not in g.timed
+    assert rows1["fake-picky"]["skipped"] == "unsupported: needs C >= 4" and "ms" in rows2["fake-picky"]
+    assert "not followed" in rows2["fake-fused"]["skipped"] and rows1["fake-fused"]["check"]["passed"]
+    # conv1: B=40, 1x14x14 -> 4x10x10, K=5: flops 2*40*4*100*25 = 800,000; bytes 4*(40*196 + 100 + 40*400)
+    flops, nbytes = 800_000, 4 * (40 * 196 + 100 + 40 * 400)
+    assert conv1["flops"] == flops and conv1["bytes"] == nbytes
+    floor = max(nbytes / 1000e9, flops / 30000e9) * 1e3
+    plain = rows1["fake-plain"]
+    assert plain["ms"]["median"] == pytest.approx(2.2) and plain["pct_roofline"] == pytest.approx(floor / 2.2 * 100)
+    assert plain["gbps"] == pytest.approx(nbytes / 2.2e6) and plain["tanh_pool_ms"]["median"] == 3.0
+    pooled_bytes = 4 * (40 * 196 + 100 + 40 * 4 * 25)
+    assert rows1["fake-fused"]["gbps"] == pytest.approx(pooled_bytes / 0.55e6)
+    assert conv1["best"]["variant"] == "fake-fused" and conv1["best_conv"]["variant"] == "fake-plain"
+    assert "tanh_pool_ms" not in rows2["fake-plain"]  # conv2 has no tanh + pool after it
+    assert conv1["cudnn"] == {"error": "PyTorch with CUDA is not installed: no cuDNN column"}
+    assert "Stand-in GPU" in lines[-1] and "fake-fused (conv+tanh+pool)" in lines[-1]
+    assert all(g["met"] is None for g in result["goals"])  # no course layer at batch 10000 here

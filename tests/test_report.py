@@ -1,0 +1,190 @@
+"""`invoke report` (pyconv.report): the Markdown page and the PNG plots from a bench JSON, the plain-text tables,
+and the README section between the bench markers (everything else byte-identical).
+
+The JSON here is SYNTHETIC, built in this file to exercise the rendering: its numbers are made up and it is never
+written under results/."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from pyconv import bench, report
+from pyconv.errors import PyconvError
+
+
+def synthetic_result() -> dict:
+    """A made-up bench result with every kind of row: passed, failed, skipped, fused, cuDNN, CPU, end to end."""
+
+    def variant(name, step, ms, epilogue="none", tanh_pool=None):
+        r = {"variant": name, "step": step, "summary": "synthetic", "epilogue": epilogue, "x_on_host": False,
+             "check": {"passed": True, "max_rel_err": 1e-6, "max_abs_err": 1e-5}, "ms": bench.stats([ms, ms * 1.1])}
+        r.update(bench.rates(10**9, 10**8, r["ms"]["median"], 0.1))
+        if tanh_pool:
+            r["tanh_pool_ms"] = bench.stats([tanh_pool])
+        return r
+
+    failed = {"variant": "gpu-broken", "step": 2, "summary": "synthetic", "epilogue": "none", "x_on_host": False,
+              "check": {"passed": False, "why": "3 of 10 elements off", "max_rel_err": 0.5, "max_abs_err": 1.0},
+              "skipped": "FAILED the correctness check: not timed"}
+    skipped = {"variant": "gpu-tiny-only", "step": 3, "summary": "synthetic", "epilogue": "none",
+               "x_on_host": True, "skipped": "unsupported: needs C >= 4"}
+    layer1 = {"model": "synthetic", "arch": "sp19", "layer": "conv1", "B": 10000, "C": 1, "H": 48, "W": 48, "M": 6,
+              "K": 5, "tanh_pool_follows": True, "flops": 10**9, "bytes": 10**8, "floor_ms": 0.1,
+              "bytes_pooled": 5 * 10**7, "floor_tanh_pool_ms": 0.05,
+              "variants": [variant("gpu-baseline", 0, 2.0, tanh_pool=2.3), failed, skipped,
+                           variant("gpu-fused-tanh-pool", 10, 0.09, "tanh-maxpool2")],
+              "cudnn": {"conv_ms": bench.stats([2.2]), "conv_tanh_pool_ms": bench.stats([2.5]), "source": "made up"}}
+    layer2 = {"model": "synthetic", "arch": "sp19", "layer": "conv2", "B": 10000, "C": 6, "H": 22, "W": 22,
+              "M": 16, "K": 5, "tanh_pool_follows": False, "flops": 10**9, "bytes": 10**8, "floor_ms": 0.2,
+              "variants": [variant("gpu-baseline", 0, 1.5)], "cudnn": {"error": "PyTorch is not installed"}}
+    for layer in (layer1, layer2):
+        bench.summarise_layer(layer)
+    cpu = [{"model": "synthetic", "layer": "conv1", "C": 1, "H": 48, "W": 48, "M": 6, "K": 5, "B": 10000,
+            "variant": "cpu-fast", "threads": 2, "flops": 10**9, "s": bench.stats([0.2, 0.25]), "gflops": 5.0,
+            "check": {"passed": True, "max_rel_err": 2e-7}, "x_torch": 1.5},
+           {"model": "synthetic", "layer": "conv1", "C": 1, "H": 48, "W": 48, "M": 6, "K": 5, "B": 10000,
+            "variant": "pytorch 9.9", "threads": 2, "flops": 10**9, "s": bench.stats([0.3]), "gflops": 3.3}]
+    e2e = [{"model": "synthetic", "arch": "sp19", "batch": 10000, "impls": ["gpu-fused-tanh-pool", "gpu-baseline"],
+            "pyconv": {"resident_ms": bench._timing([0.8], 10000), "pinned_ms": bench._timing([1.3], 10000),
+                       "pageable_ms": bench._timing([2.0], 10000), "correctness": 0.8397,
+                       "peak_device_bytes": 300 * 2**20},
+            "pytorch": {"resident_ms": bench._timing([4.0], 10000), "pinned_ms": bench._timing([6.0], 10000),
+                        "pageable_ms": bench._timing([7.0], 10000), "correctness": 0.8397,
+                        "peak_device_bytes": 900 * 2**20},
+            "x_pytorch": {"resident_ms": 5.0, "pinned_ms": 6.0 / 1.3, "pageable_ms": 3.5}}]
+    result = {"format": bench.FORMAT, "version": bench.VERSION, "parts": ["gpu", "cpu", "end_to_end"],
+              "date": "2000-01-01T00:00:00+00:00", "commit": "0" * 40 + "-synthetic",
+              "host_cpu": {"model": "Synthetic CPU", "cores": 2},
+              "gpu": {"name": "Synthetic GPU", "compute_capability": "9.0", "multiprocessors": 132,
+                      "cuda_driver_version": 13000, "cuda_runtime_version": 13000},
+              "driver": "000.00", "cuda_driver_api": "13.0", "cuda_runtime": "13.0",
+              "torch": {"version": "9.9", "cuda": "13.0", "cudnn": 91000},
+              "settings": {"batch": 10000, "warmup": 5, "inputs": bench.INPUTS, "gpu_reps": 20, "cpu_reps": 5},
+              "roofline": {"copy_GBps": 3000.0, "fma_GFLOPs": 50000.0, "sgemm_GFLOPs": 51000.0,
+                           "fp32_GFLOPs": 51000.0, "fp32_source": "sgemm"},
+              "layers": [layer1, layer2], "cpu": cpu, "end_to_end": e2e}
+    result["goals"] = bench.check_goals(result)
+    return result
+
+
+@pytest.fixture
+def bench_json(tmp_path):
+    path = tmp_path / "bench-synthetic.json"
+    path.write_text(json.dumps(synthetic_result()))
+    return path
+
+
+def test_report_page_and_plots(bench_json, tmp_path):
+    out = tmp_path / "out" / "report.md"
+    dest, pngs = report.write_report(bench_json, out)
+    assert dest == out
+    page = out.read_text()
+    for text in ("Synthetic GPU", "driver 000.00", "0" * 40 + "-synthetic", "2000-01-01", "Synthetic CPU",
+                 "| variant | step | ms |", "gpu-fused-tanh-pool (conv+tanh+pool)", "cuDNN conv2d", "FAIL (3 of 10",
+                 "unsupported: needs C >= 4", "cpu-fast", "pytorch 9.9", "End to end", "Goals",
+                 "sp19 total conv op time"):
+        assert text in page, text
+    assert [p.name for p in pngs] == ["report-gpu-op-time.png", "report-gpu-roofline.png", "report-cpu-op-time.png"]
+    import matplotlib.image
+
+    for p in pngs:
+        assert p.parent == out.parent and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        h, w = matplotlib.image.imread(p).shape[:2]
+        assert h > 100 and w > 100
+        assert f"]({p.name})" in page
+    assert sorted(os.listdir(out.parent)) == sorted(["report.md", *(p.name for p in pngs)])  # no temporaries
+
+
+def test_ladder_numbers_come_from_the_json():
+    r = synthetic_result()
+    md = report.markdown_tables(r)
+    # gpu-baseline on conv1: median of [2.0, 2.2] = 2.1 ms; x cuDNN 2.2 / 2.1 = 1.05; + tanh + pool 2.3 ms,
+    # x cuDNN (fused) 2.5 / 2.3 = 1.09
+    row = next(line for line in md.splitlines() if line.startswith("| gpu-baseline | 0 | 2.10 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[8] == "1.0" and cells[9] == "2.30" and cells[10] == "1.1"
+    # the fused variant: 0.09 ms median of [0.09, 0.099] = 0.0945; x cuDNN (conv+tanh+pool) 2.5 / 0.0945
+    fused = next(line for line in md.splitlines() if line.startswith("| gpu-fused-tanh-pool (conv+tanh+pool)"))
+    assert "| 0.0945 |" in fused and f"| {report.num(2.5 / 0.0945, 2)} |" in fused
+
+
+def test_text_tables_are_aligned():
+    text = report.text_tables(synthetic_result())
+    block = text.split("\n\n")[1].splitlines()  # the first ladder table
+    header, rule, rows = block[1], block[2], block[3:]
+    starts = [i for i, ch in enumerate(rule) if ch == "-" and (i == 0 or rule[i - 1] == " ")]
+    assert len(starts) == len(re.split(r"\s{2,}", header.strip())) == 12
+    for line in [header, *rows[:4]]:
+        for s in starts[1:]:
+            assert line[s - 1] == " " and line[s] != " ", (line, s)
+
+
+def test_num():
+    assert report.num(None) == "-"
+    assert report.num(1234.6) == "1,235"
+    assert report.num(2.0) == "2.00" and report.num(0.0945) == "0.0945" and report.num(12.34) == "12.3"
+    assert report.num(0) == "0"
+
+
+def test_load_rejects_other_files(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps({"format": "something-else"}))
+    with pytest.raises(PyconvError, match="not a pyconv-bench"):
+        report.load(p)
+    with pytest.raises(PyconvError, match="does not exist"):
+        report.load(tmp_path / "missing.json")
+
+
+def test_newest_json(tmp_path):
+    with pytest.raises(PyconvError, match="invoke bench"):
+        report.newest_json(tmp_path)
+    old, new = tmp_path / "bench-a.json", tmp_path / "bench-b.json"
+    new.write_text("{}")
+    old.write_text("{}")
+    os.utime(new, (2_000_000_000, 2_000_000_000))
+    os.utime(old, (1_000_000_000, 1_000_000_000))
+    assert report.newest_json(tmp_path) == new
+
+
+README_HEAD = "# Project\r\n\nSome text with ünïcode and trailing spaces   \n\n<!-- bench:begin -->"
+README_TAIL = "<!-- bench:end -->\n\n## After\nno newline at the end"
+
+
+def test_readme_markers_replace_only_between(tmp_path):
+    text = README_HEAD + "\nold table\n" + README_TAIL
+    new = report.replace_between_markers(text, "| new |\n")
+    assert new == README_HEAD + "\n| new |\n" + README_TAIL
+    assert report.replace_between_markers(new, "| new |\n") == new  # idempotent
+    readme = tmp_path / "README.md"
+    readme.write_bytes(text.encode())
+    report.update_readme(synthetic_result(), readme)
+    got = readme.read_bytes().decode()
+    assert got.startswith(README_HEAD + "\n") and got.endswith("\n" + README_TAIL)
+    assert "Synthetic GPU" in got and "old table" not in got
+
+
+@pytest.mark.parametrize("text", ["no markers", "<!-- bench:begin --> only begin",
+                                  "<!-- bench:end --> x <!-- bench:begin -->",
+                                  "<!-- bench:begin --><!-- bench:begin --><!-- bench:end -->"])
+def test_readme_without_proper_markers_is_left_alone(tmp_path, text):
+    readme = tmp_path / "README.md"
+    readme.write_text(text)
+    with pytest.raises(PyconvError, match="nothing was changed"):
+        report.update_readme(synthetic_result(), readme)
+    assert readme.read_text() == text
+
+
+def test_cpu_only_result_renders(tmp_path):
+    r = synthetic_result()
+    r.update({"parts": ["cpu"], "gpu": None, "roofline": None, "layers": [], "end_to_end": []})
+    r["goals"] = bench.check_goals(r)
+    path = tmp_path / "bench-cpu.json"
+    path.write_text(json.dumps(r))
+    dest, pngs = report.write_report(path, tmp_path / "r.md")
+    assert [p.name for p in pngs] == ["r-cpu-op-time.png"]
+    page = dest.read_text()
+    assert "GPU:" not in page and "cpu-fast sp19 conv1" in page
