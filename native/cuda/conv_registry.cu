@@ -9,6 +9,18 @@ const std::vector<GpuConvVariant>& gpu_conv_variants() {
   static const std::vector<GpuConvVariant> v = {
       {"gpu-baseline", 0, "milestone 3: one thread per output element, global memory only", conv_fwd_gpu_baseline,
        nullptr},
+      {"gpu-shared-tiled", 1, "input tile + halo per (image, channel) in shared memory, one output per thread",
+       conv_fwd_gpu_shared_tiled, conv_supports_gpu_shared_tiled},
+      {"gpu-const-weights", 2, "step 1 with the weights in __constant__ memory (broadcast reads)",
+       conv_fwd_gpu_const_weights, conv_supports_gpu_const_weights},
+      {"gpu-unroll-gemm", 3, "explicit unroll (im2col) into a global buffer, then a shared-memory tiled GEMM",
+       conv_fwd_gpu_unroll_gemm, conv_supports_gpu_unroll_gemm},
+      {"gpu-implicit-gemm", 4, "GEMM whose input tile is gathered from x on the fly (no unrolled matrix)",
+       conv_fwd_gpu_implicit_gemm, conv_supports_gpu_implicit_gemm},
+      {"gpu-register-tiled", 5, "implicit GEMM with per-thread register micro-tiles and double-buffered slices",
+       conv_fwd_gpu_register_tiled, conv_supports_gpu_register_tiled},
+      {"gpu-specialised", 6, "direct conv compiled per (C, K): input band in shared memory, register blocking",
+       conv_fwd_gpu_specialised, conv_supports_gpu_specialised},
   };
   return v;
 }
