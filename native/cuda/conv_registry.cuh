@@ -44,6 +44,18 @@ std::string why_unsupported(const GpuConvVariant& v, const ConvShape& s);  // ""
 // The ladder's launchers, one per file native/cuda/conv_NN_<technique>.cu.
 void conv_fwd_gpu_baseline(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
 std::string conv_fwd_gpu_baseline_supports(const ConvShape& s);
+void conv_fwd_gpu_shared_tiled(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_supports_gpu_shared_tiled(const ConvShape& s);
+void conv_fwd_gpu_const_weights(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_supports_gpu_const_weights(const ConvShape& s);
+void conv_fwd_gpu_unroll_gemm(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_supports_gpu_unroll_gemm(const ConvShape& s);
+void conv_fwd_gpu_implicit_gemm(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_supports_gpu_implicit_gemm(const ConvShape& s);
+void conv_fwd_gpu_register_tiled(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_supports_gpu_register_tiled(const ConvShape& s);
+void conv_fwd_gpu_specialised(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_supports_gpu_specialised(const ConvShape& s);
 void conv_fwd_gpu_channel_parallel(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
 std::string conv_gpu_channel_parallel_unsupported(const ConvShape& s);
 void conv_fwd_gpu_tensor_core(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
