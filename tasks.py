@@ -116,10 +116,12 @@ def milestone(c, m=None, batch="10000", model="ece408", impl=None, posix=False, 
             "model": "model name (default ece408; `invoke models` lists them)",
             "impl": "m3/4/final: the GPU convolution variant (default: the milestone's own)"})
 @user_errors
-def profile(c, m, batch=10000, model="ece408", impl=None):
+def profile(c, m=None, batch="10000", model="ece408", impl=None):
     """nvprof's summary of a milestone (kernels, memcpy/memset, CUDA API calls; `*` = over 90%), via CUPTI."""
     from pyconv import profile as prof
 
+    if m is None:
+        raise Exit("error: --m is required (1, 3, 4 or final)", code=1)
     code = prof.run_profile(m, batch=batch, model=model, impl=impl)
     if code:
         raise Exit(code=code)
@@ -139,7 +141,8 @@ def models(c):
 @task(help={"arch": "architecture: fa17, sp18, fa18 or sp19 (pyconv/archs.py)",
             "name": "name of the new model (written to datasets/models/NAME.h5)",
             "epochs": "passes over the 60000 training images, >= 1 (default 2)",
-            "seed": "seed of the initialisation and the shuffling: same seed, same weights on one machine (default 0)",
+            "seed": "seed of the initialisation and the shuffling: same seed, same weights on one machine "
+                    "(default 0)",
             "batch_size": "images per training step (default 64)", "lr": "Adam learning rate (default 0.001)",
             "max_batches": "stop after this many steps in all (for a deliberately under-trained model)",
             "threads": "CPU threads for PyTorch (default 1; the weights depend on it, so it is fixed)",
@@ -158,7 +161,7 @@ def train(c, arch, name, epochs=2, seed=0, batch_size=64, lr=None, max_batches=N
 @task
 @user_errors
 def accuracy_table(c):
-    """Measure every shipped model at 100/1000/10000 (milestone-2 engine); write results/model-accuracy.{json,md}."""
+    """Measure every shipped model at 100/1000/10000 (as milestone 2); write results/model-accuracy.json, .md"""
     from pyconv import train as t
 
     t.accuracy_table()

@@ -1,10 +1,10 @@
 """Milestone 1: the whole network in PyTorch, the stock framework the project compares itself with.
 
-The PyTorch network is built from the same HDF5 model the project's own engine runs (pyconv.model.Model), layer
-for layer, so both see identical weights and raw 0..255 pixels. m1.1 runs it on the CPU, m1.2 on a CUDA GPU
-with cuDNN autotuning (torch.backends.cudnn.benchmark) and TF32 off, so the GPU computes in true float32 like
-the project's kernels. PyTorch is optional (`pip install .[torch]`): everything here imports it lazily and says
-how to install it when it is missing. The trainer (train.py) builds its networks here too."""
+The PyTorch network is built from the same HDF5 model the project's own engine runs (pyconv.model.Model),
+layer for layer, so both see identical weights and raw 0..255 pixels. m1.1 runs it on the CPU, m1.2 on a CUDA
+GPU with cuDNN autotuning (torch.backends.cudnn.benchmark) and TF32 off, so the GPU computes in true float32
+like the project's kernels. PyTorch is optional (`pip install .[torch]`): everything here imports it lazily
+and says how to install it when it is missing. The trainer (train.py) builds its networks here too."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from .errors import PyconvError
 from .model import Model
 
 TORCH_MISSING = "PyTorch is not installed: pip install -r requirements-torch.txt (or pip install .[torch])"
-# Images per forward call on the CPU: bounds peak memory (fa18's first convolution alone produces 2 GB of float32
-# for 10000 images); results do not depend on it beyond float rounding. The GPU takes the whole batch at once.
+# Images per forward call on the CPU: bounds peak memory (fa18's first convolution alone produces 2 GB of
+# float32 for 10000 images); results do not depend on it beyond float rounding. The GPU takes the whole batch.
 CPU_CHUNK = 1000
 
 
@@ -35,8 +35,8 @@ def cuda_available() -> bool:
 def build_net(model: Model, load_weights: bool = True, softmax: bool = True):
     """A torch.nn.Sequential computing `model` layer for layer (float32, on the CPU).
 
-    load_weights=False keeps PyTorch's default initialisation (the trainer's starting point); softmax=False drops
-    a final softmax so the net returns logits (what the training loss takes)."""
+    load_weights=False keeps PyTorch's default initialisation (the trainer's starting point); softmax=False
+    drops a final softmax so the net returns logits (what the training loss takes)."""
     torch = require_torch()
     nn = torch.nn
     mods = []
@@ -80,7 +80,7 @@ def build_net(model: Model, load_weights: bool = True, softmax: bool = True):
 
 
 def _flat_features(model: Model, fc_layer) -> int:
-    """Inputs of the first fully connected layer, from the model's shape chain (works before weights exist)."""
+    """Inputs of the first fully connected layer, from the model's shape chain (needs no weights)."""
     c, h, w = model.input_shape
     for layer in model.layers:
         if layer is fc_layer:
@@ -95,15 +95,16 @@ def _flat_features(model: Model, fc_layer) -> int:
 def export_weights(net, model: Model, input_scale: float = 1.0) -> Model:
     """Copy the trained weights of `net` (built by build_net from `model`) into `model`'s layers as float32.
 
-    input_scale folds an input scaling the net was trained with into the first convolution: it is linear and has
-    no bias, so conv(s * x, W) == conv(x, s * W), and the saved model takes raw pixels like every other."""
+    input_scale folds an input scaling the net was trained with into the first convolution: it is linear and
+    has no bias, so conv(s * x, W) == conv(x, s * W), so the saved model takes raw pixels like any other."""
     torch = require_torch()
     params = [m for m in net if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
     targets = [layer for layer in model.layers if layer.type in ("conv", "fc")]
     if len(params) != len(targets):
-        raise PyconvError(f"framework: the net has {len(params)} weighted layers, model '{model.name}' has {len(targets)}")
+        raise PyconvError(f"framework: the net has {len(params)} weighted layers, model '{model.name}' has "
+                          f"{len(targets)}")
     first_conv = True
-    for mod, layer in zip(params, targets):
+    for mod, layer in zip(params, targets, strict=True):
         w = mod.weight.detach().to("cpu", torch.float64).numpy()
         if layer.type == "conv" and first_conv:
             w = w * input_scale
@@ -128,7 +129,7 @@ def predict(net, x_uint8: np.ndarray, device: str = "cpu") -> np.ndarray:
 
 def _configure_gpu(torch) -> None:
     torch.backends.cudnn.enabled = True
-    torch.backends.cudnn.benchmark = True  # cuDNN times its algorithms on the first call and keeps the fastest
+    torch.backends.cudnn.benchmark = True  # cuDNN times its algorithms on the first call, keeps the fastest
     torch.backends.cudnn.allow_tf32 = False  # true float32, like the project's kernels
     torch.backends.cuda.matmul.allow_tf32 = False
 

@@ -24,7 +24,7 @@ def gpu_module():
         raise PyconvError(f"the CUDA module pyconv._gpu is not built ({e}); run `invoke build` on a machine "
                           "with nvcc") from None
     if not _gpu.available():
-        raise PyconvError("no CUDA GPU is visible: milestone 3 needs one")
+        raise PyconvError("no CUDA GPU is visible: milestones 3, 4 and final need one")
     return _gpu
 
 

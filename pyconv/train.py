@@ -1,11 +1,12 @@
-"""The model zoo: trains the course's networks (archs.py) with PyTorch on the Fashion-MNIST train set and writes
-the project's HDF5 model file; and the accuracy table of the shipped models.
+"""The model zoo: trains the course's networks (archs.py) with PyTorch on the Fashion-MNIST train set and
+writes the project's HDF5 model file; and the accuracy table of the shipped models.
 
 Training runs on the CPU and is deterministic: one seed drives the initialisation and the shuffling, and
-torch.use_deterministic_algorithms is on, so the same seed gives the same weights on the same machine. The net
-sees pixels / 255 (tanh saturates on raw 0..255 values and training stalls); that scale is folded into the first
-convolution when the model is saved (framework.export_weights), so the saved model takes raw pixels like the
-course's. The file is written once, at the end, atomically: an interrupted or failed run leaves no model file."""
+torch.use_deterministic_algorithms is on, so the same seed gives the same weights on the same machine. The
+net sees pixels / 255 (tanh saturates on raw 0..255 values and training stalls); that scale is folded into the
+first convolution when the model is saved (framework.export_weights), so the saved model takes raw pixels like
+the course's. The file is written once, at the end, atomically: an interrupted or failed run leaves no model
+file."""
 
 from __future__ import annotations
 
@@ -44,25 +45,30 @@ def check_positive_int(value, what: str) -> int:
 
 def check_name(name: str) -> str:
     if not isinstance(name, str) or not NAME_RE.match(name):
-        raise PyconvError(f"model name must be letters, digits, '.', '_' or '-' (starting with a letter or digit), "
-                          f"got {name!r}")
+        raise PyconvError(f"model name must be letters, digits, '.', '_' or '-' (starting with a letter or "
+                          f"digit), got {name!r}")
     return name
 
 
 def train(arch: str, name: str, epochs: int = 2, seed: int = 0, batch_size: int = 64, lr: float = 1e-3,
-          max_batches: int | None = None, dest: str | Path | None = None, force: bool = False,
-          progress: bool = True, on_batch=None) -> Path:
+          max_batches: int | None = None, threads: int = 1, dest: str | Path | None = None,
+          force: bool = False, progress: bool = True, on_batch=None) -> Path:
     """Train architecture `arch` and save it as model `name` (datasets/models/NAME.h5 unless `dest`).
 
     Adam (lr) on cross-entropy, mini-batches of `batch_size` in a seeded random order each epoch. max_batches
     stops after that many batches in all (how the deliberately under-trained model is made). on_batch(epoch,
-    batch, loss) is called after every step (tests use it to interrupt a run). Returns the written path."""
+    batch, loss) is called after every step (tests use it to interrupt a run). Returns the written path.
+
+    threads: CPU threads for PyTorch. The weights depend on it (the order of float sums does), so it is fixed
+    rather than taken from the machine; 1 also trained fastest on a busy 2-core machine (sp19: 72 ms per step
+    against 266 ms with 2 threads, both under load, where 2 threads spin waiting for each other)."""
     spec = archs.get_arch(arch)
     name = check_name(name)
     epochs = check_positive_int(epochs, "epochs")
     batch_size = check_positive_int(batch_size, "batch size")
     if max_batches is not None:
         max_batches = check_positive_int(max_batches, "max batches")
+    threads = check_positive_int(threads, "threads")
     try:
         seed = int(seed)
         lr = float(lr)
@@ -80,6 +86,9 @@ def train(arch: str, name: str, epochs: int = 2, seed: int = 0, batch_size: int 
     x_all = torch.from_numpy(np.ascontiguousarray(x_all))
     y_all = torch.from_numpy(np.asarray(y_all, dtype=np.int64))
 
+    threads_before = torch.get_num_threads()
+    deterministic_before = torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(threads)
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True)
     order_gen = torch.Generator().manual_seed(seed)
@@ -115,9 +124,11 @@ def train(arch: str, name: str, epochs: int = 2, seed: int = 0, batch_size: int 
             if max_batches is not None and steps >= max_batches:
                 break
     except KeyboardInterrupt:
-        raise PyconvError(f"training of '{name}' interrupted after {steps} batches; no model file written") from None
+        raise PyconvError(f"training of '{name}' interrupted after {steps} batches; "
+                          "no model file written") from None
     finally:
-        torch.use_deterministic_algorithms(False)
+        torch.use_deterministic_algorithms(deterministic_before)
+        torch.set_num_threads(threads_before)
     seconds = time.monotonic() - t0
     how = f"invoke train --arch {arch} --name {name} --epochs {epochs} --seed {seed}"
     if batch_size != 64:
@@ -126,16 +137,18 @@ def train(arch: str, name: str, epochs: int = 2, seed: int = 0, batch_size: int 
         how += f" --lr {lr:g}"
     if max_batches is not None:
         how += f" --max-batches {max_batches}"
-    model.description = (f"{spec.semester} network trained with PyTorch {torch.__version__} on the Fashion-MNIST "
-                         f"train set ({how}; {steps} batches of {batch_size}, {seconds:.0f} s on "
-                         f"{torch.get_num_threads()} CPU threads)")
+    if threads != 1:
+        how += f" --threads {threads}"
+    model.description = (f"{spec.semester} network trained with PyTorch {torch.__version__} on the "
+                         f"Fashion-MNIST train set ({how}; {steps} batches of {batch_size}, "
+                         f"{seconds:.0f} s on {threads} CPU thread{'s' if threads > 1 else ''})")
     export_weights(net, model, input_scale=INPUT_SCALE)
     save_model(model, dest)
     return dest
 
 
 def measure_accuracy(model: Model, counts=ACCURACY_COUNTS, impl: str = "cpu-fast") -> dict[str, float]:
-    """Correctness over the first N test images for each N, exactly as `invoke milestone --m 2` computes it."""
+    """Correctness over the first N test images for each N, as `invoke milestone --m 2` computes it."""
     from .engine import forward_cpu
 
     out = {}

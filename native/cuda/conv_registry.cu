@@ -45,6 +45,12 @@ const GpuConvVariant& find_gpu_conv_variant(const std::string& name) {
 }
 
 std::string why_unsupported(const GpuConvVariant& v, const ConvShape& s) {
+  // Every kernel of the ladder indexes within one image plane with 32-bit integers (the course's planes are a
+  // few thousand pixels); refusing here keeps that limit in one place instead of in each variant.
+  constexpr int64_t kPlaneLimit = int64_t(1) << 31;
+  if (s.H * s.W >= kPlaneLimit || s.H >= kPlaneLimit / 2 || s.W >= kPlaneLimit / 2)
+    return std::string(v.name) + ": one image plane of " + std::to_string(s.H) + "x" + std::to_string(s.W) +
+           " pixels is beyond the 32-bit in-plane indexing of the GPU kernels";
   if (v.epilogue == Epilogue::TanhMaxPool2 && (s.Ho() < 2 || s.Wo() < 2))
     return std::string(v.name) + " fuses a 2x2 pool: the output must be at least 2x2";
   return v.supports ? v.supports(s) : std::string();
