@@ -220,15 +220,16 @@ def sanitize(c, tools=None, variants=None, milestone="3", model=None, batch="64"
             "gpu": "benchmark the GPU variants against cuDNN (the default where a GPU is visible)",
             "end_to_end": "time the whole network (resident, pinned, pageable) against PyTorch + cuDNN",
             "out": "JSON to write (default results/bench-<gpu-slug>-<date>.json, or bench-cpu-<cpu>-<date>.json)",
-            "variants": "only these variants, comma-separated (GPU and/or CPU registry names)"})
+            "variants": "only these variants, comma-separated (GPU and/or CPU registry names)",
+            "gpus": "--end-to-end: also measure scaling over 1..N GPUs (N or 'all'; default 1)"})
 @user_errors
 def bench(c, model=None, batch=None, reps=None, warmup=None, cpu=False, gpu=False, end_to_end=False, out=None,
-          variants=None):
+          variants=None, gpus="1"):
     """Every variant on every conv layer: op time, GFLOP/s, GB/s, % of roofline, x cuDNN; JSON under results/."""
     from pyconv import bench as b
 
     b.run(model=model, batch=batch, reps=reps, warmup=warmup, cpu=cpu, gpu=gpu, end_to_end=end_to_end, out=out,
-          variants=variants)
+          variants=variants, gpus=gpus)
 
 
 @task(help={"json": "the bench JSON to report on (default: the newest results/bench-*.json)",

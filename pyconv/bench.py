@@ -554,11 +554,11 @@ def _timing(ms_list: Sequence[float], batch: int) -> dict:
     return s
 
 
-def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=None) -> dict:
+def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=None, gpus: int = 1) -> dict:
     """The GPU engine (variants of the final milestone) and PyTorch + cuDNN on one model: resident, pinned,
     pageable; Correctness; peak device memory."""
     from . import data
-    from .gpu_engine import GpuEngine, choose_impls
+    from .gpu_engine import FINAL_CHUNKS, FINAL_STREAMS, GpuEngine, MultiGpuEngine, choose_impls
     from .milestones import accuracy
     from .model import load_model
 
@@ -576,20 +576,37 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
         ours["resident_ms"] = _timing(net.forward_resident(x, impls, warmup, reps), batch)
     except ValueError as e:
         ours["resident_ms"] = {"error": str(e)}
-    times, r = _host_timed(lambda: net.forward(x, impls, 1, 1), warmup, reps)
+    # From host memory the batch streams through in chunks on several streams, as the final milestone runs it.
+    chunks = FINAL_CHUNKS if batch >= 4 * FINAL_CHUNKS else 1
+    entry["chunks"], entry["streams"] = chunks, FINAL_STREAMS
+    times, r = _host_timed(lambda: net.forward(x, impls, chunks, FINAL_STREAMS), warmup, reps)
     ours["pageable_ms"] = _timing(times, batch)
     ours["correctness"] = accuracy(r["labels"], labels)
     ours["passes"] = int(r["passes"])
     if torch is not None:
         pinned = torch.from_numpy(x).pin_memory()
         xp = pinned.numpy()  # the same bytes, in page-locked memory: the copy in is a direct DMA
-        times, r = _host_timed(lambda: net.forward(xp, impls, 1, 1), warmup, reps)
+        times, r = _host_timed(lambda: net.forward(xp, impls, chunks, FINAL_STREAMS), warmup, reps)
         ours["pinned_ms"] = _timing(times, batch)
         ours["pinned_correctness"] = accuracy(r["labels"], labels)
     else:
         ours["pinned_ms"] = {"error": "needs PyTorch to allocate pinned host memory"}
     ours["peak_device_bytes"] = int(net.peak_bytes)
     entry["pyconv"] = ours
+    if gpus > 1 and torch is not None:
+        # Scaling: the same batch from pinned memory split over 1..gpus GPUs (one network and stream set each).
+        xp = torch.from_numpy(x).pin_memory().numpy()
+        scaling = []
+        for n in range(1, gpus + 1):
+            multi = MultiGpuEngine(model, n)
+            times, r = _host_timed(lambda m=multi: m.forward(xp, impls, chunks, FINAL_STREAMS), warmup, reps)
+            scaling.append({"gpus": n, "pinned_ms": _timing(times, batch),
+                            "correctness": accuracy(r.labels, labels)})
+            del multi
+        base = scaling[0]["pinned_ms"]["median"]
+        for row in scaling:
+            row["speedup"] = base / row["pinned_ms"]["median"]
+        entry["multi_gpu"] = scaling
     if torch is not None:
         entry["pytorch"] = _torch_end_to_end(torch, model, x, labels, warmup, reps)
         torch.cuda.empty_cache()
@@ -791,7 +808,7 @@ def _gpu_available() -> bool:
 
 
 def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool = False, gpu: bool = False,
-        end_to_end: bool = False, out: str | None = None, variants: str | None = None, seed: int = 0,
+        end_to_end: bool = False, out: str | None = None, variants: str | None = None, seed: int = 0, gpus="1",
         echo: Callable[[str], None] = print) -> tuple[dict, Path]:
     """The whole benchmark; writes the JSON and returns (result, path). Progress and the table go to `echo`."""
     from .milestones import check_batch
@@ -855,9 +872,13 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
             if not e2e_models:
                 raise PyconvError(f"no shipped models in {paths.MODELS} for --end-to-end")
             e2e_reps = _check_count(reps if reps is not None else GPU_REPS, "--reps", 1)
+            from .gpu_engine import parse_gpus
+
+            n_gpus = parse_gpus(gpus)
+            result["settings"]["gpus"] = n_gpus
             for name in e2e_models:
                 echo(f"end to end: {name} at batch {batch}")
-                result["end_to_end"].append(bench_end_to_end(name, batch, warmup, e2e_reps, tg))
+                result["end_to_end"].append(bench_end_to_end(name, batch, warmup, e2e_reps, tg, n_gpus))
 
     if "cpu" in parts:
         from .engine import cpu_module

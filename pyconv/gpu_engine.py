@@ -137,16 +137,64 @@ class GpuEngine:
                          passes=r["passes"])
 
 
+def parse_gpus(gpus) -> int:
+    """--gpus N|all -> how many GPUs to use (1 <= N <= the GPUs visible)."""
+    g = gpu_module()
+    visible = g.device_count()
+    text = str(gpus).strip().lower()
+    if text == "all":
+        return visible
+    try:
+        n = int(text)
+    except ValueError:
+        raise PyconvError(f"--gpus must be a positive integer or 'all', got '{gpus}'") from None
+    if n < 1:
+        raise PyconvError(f"--gpus must be a positive integer or 'all', got '{gpus}'")
+    if n > visible:
+        raise PyconvError(f"--gpus {n}: only {visible} GPU(s) visible")
+    return n
+
+
+class MultiGpuEngine:
+    """The batch split into contiguous parts across GPUs 0..n-1, one GpuEngine (network, buffers, streams) per
+    GPU, run concurrently from host threads (the bindings release the GIL); labels gathered in batch order."""
+
+    def __init__(self, model: Model, gpus: int):
+        self.model = model
+        self.engines = [GpuEngine(model, device=d) for d in range(gpus)]
+
+    def forward(self, x: np.ndarray, impls: list[str], chunks: int = 1, streams: int = 2) -> GpuResult:
+        from concurrent.futures import ThreadPoolExecutor
+
+        parts = [p for p in np.array_split(x, len(self.engines)) if len(p)]
+        if len(parts) == 1:
+            return self.engines[0].forward(parts[0], impls, chunks, streams)
+        with ThreadPoolExecutor(len(parts)) as pool:
+            results = list(pool.map(lambda ep: ep[0].forward(ep[1], impls, chunks, streams),
+                                    zip(self.engines, parts)))
+        # The GPUs run each layer at the same time: a layer's op time is the slowest GPU's.
+        op_times = [max(ts) for ts in zip(*(r.op_times for r in results))]
+        return GpuResult(labels=np.concatenate([r.labels for r in results]), op_times=op_times,
+                         peak_bytes=max(r.peak_bytes for r in results), passes=max(r.passes for r in results))
+
+
+# `final` streams the batch through the network in chunks on several CUDA streams (copy of chunk i+1 overlaps
+# compute of chunk i); each conv is then timed by CUDA events on its stream, summed over the chunks.
+FINAL_CHUNKS = 4
+FINAL_STREAMS = 2
+
+
 def run_gpu_milestone(m: str, model: Model, x_uint8: np.ndarray, labels: np.ndarray, impl: str | None = None,
                       gpus: str = "1") -> None:
     """Milestone 3, 4 or final on the GPU: prints 'New Inference', one Op Time per conv layer, Correctness."""
     from .milestones import accuracy, print_result
 
-    if str(gpus).strip() != "1":
-        raise PyconvError(f"--gpus {gpus}: this engine runs on one GPU for now (use 1)")
-    gpu_module()
+    n_gpus = parse_gpus(gpus)
+    if n_gpus > 1 and m != "final":
+        raise PyconvError(f"--gpus {gpus}: only the final milestone runs on several GPUs")
     impls = choose_impls(model, m, impl, batch=len(x_uint8))
-    engine = GpuEngine(model)
+    engine = MultiGpuEngine(model, n_gpus) if n_gpus > 1 else GpuEngine(model)
+    chunks = FINAL_CHUNKS if m == "final" and len(x_uint8) >= 4 * FINAL_CHUNKS else 1
     print("New Inference", flush=True)
-    res = engine.forward(x_uint8, impls)
+    res = engine.forward(x_uint8, impls, chunks, FINAL_STREAMS)
     print_result(res.op_times, accuracy(res.labels, labels), model.name)

@@ -223,6 +223,17 @@ def end_to_end_table(result: dict) -> Table:
     return t
 
 
+def multi_gpu_table(result: dict) -> Table:
+    t = Table("Several GPUs (batch split across GPUs, from pinned memory)",
+              ["model", "batch", "GPUs", "pinned ms", "images/s", "speedup", "Correctness"])
+    for e in result.get("end_to_end", []):
+        for row in e.get("multi_gpu", []):
+            t.rows.append([e["model"], str(e["batch"]), str(row["gpus"]), _ms(row["pinned_ms"]),
+                           num(row["pinned_ms"].get("images_per_s")), num(row["speedup"], 2),
+                           num(row["correctness"], 4)])
+    return t
+
+
 def goals_table(result: dict) -> Table:
     t = Table("Goals", ["goal", "target", "measured", "met", "note"])
     for g in result.get("goals", []):
@@ -240,6 +251,8 @@ def tables(result: dict) -> list[Table]:
         out.append(cpu_table(result))
     if result.get("end_to_end"):
         out.append(end_to_end_table(result))
+        if any(e.get("multi_gpu") for e in result["end_to_end"]):
+            out.append(multi_gpu_table(result))
     if result.get("goals"):
         out.append(goals_table(result))
     return out

@@ -389,3 +389,23 @@ def test_milestone_3_correctness_equals_the_cpu_path(capsys):
     assert out[-1] == f"Correctness: {accuracy(cpu.labels, labels):.4g} Model: {model.name}"
     with pytest.raises(PyconvError, match="known: gpu-baseline"):
         run_gpu_milestone("3", model, x, labels, impl="cpu-fast")
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_several_gpus_give_the_one_gpu_labels_in_order():
+    """MultiGpuEngine over every visible GPU (1 where only one is lent) equals one GpuEngine, chunked or not."""
+    from pyconv.gpu_engine import GpuEngine, MultiGpuEngine, parse_gpus
+
+    rng = np.random.default_rng(SEED + 9)
+    model = random_model(rng, (1, 24, 24))
+    x = rng.integers(0, 256, (1003, 1, 24, 24), dtype=np.uint8)  # not a multiple of any split
+    impls = ["gpu-baseline", "gpu-baseline"]
+    one = GpuEngine(model).forward(x, impls)
+    n = parse_gpus("all")
+    assert n == gpu().device_count() >= 1
+    multi = MultiGpuEngine(model, n).forward(x, impls, chunks=4, streams=2)
+    np.testing.assert_array_equal(multi.labels, one.labels)
+    assert len(multi.op_times) == 2 and all(t > 0 for t in multi.op_times)
+    with pytest.raises(PyconvError, match="only .* GPU"):
+        parse_gpus(n + 1)

@@ -170,6 +170,16 @@ PYBIND11_MODULE(_gpu, m) {
       "True when a CUDA GPU is usable from this process.");
 
   m.def(
+      "device_count",
+      [] {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+        cudaGetLastError();
+        return n;
+      },
+      "Number of usable CUDA GPUs (0 without a GPU or a driver).");
+
+  m.def(
       "device_info",
       [] {
         require_gpu();
