@@ -79,7 +79,7 @@ def _child(argv: list[str]) -> int:
     a = p.parse_args(argv)
     from . import profile
 
-    profile.child_start()  # only with PYCONV_PROFILE set (`invoke profile`): CUPTI-trace this process
+    trace = profile.child_start()  # only with PYCONV_PROFILE set (`invoke profile`): CUPTI-trace this process
     try:
         m, batch = check_milestone(a.m), check_batch(a.batch)
         print("Loading fashion-mnist data...", end=" ", flush=True)
@@ -108,6 +108,9 @@ def _child(argv: list[str]) -> int:
     except PyconvError as e:
         print(f"error: {e}", flush=True)
         return 2
+    finally:
+        # Flush the trace while the CUDA context and the modules are alive, not from an exit handler.
+        profile.child_finish(trace)
     return 0
 
 

@@ -243,6 +243,8 @@ def run_profile(m, batch=10000, model: str | None = None, impl: str | None = Non
     with tempfile.TemporaryDirectory(prefix="pyconv-profile-") as tmp:
         dest = Path(tmp) / "trace.json"
         env = dict(os.environ, **{ENV_VAR: str(dest)})
+        if m == "1":
+            milestone_kwargs.setdefault("device", "gpu")  # m1.2 is the part on the GPU: the one to trace
         code = milestones.run(m, batch=batch, model=model, impl=impl, env=env, **milestone_kwargs)
         if not dest.exists():
             return code  # the child said why (CUPTI unavailable, or the run failed before its end)

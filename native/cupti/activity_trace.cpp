@@ -41,9 +41,10 @@ struct TraceState {
   std::string callback_error;  // a CUPTI failure inside the completion callback, reported by trace_stop()
 };
 
+// Never destroyed: CUPTI may hand back a last buffer while the process exits, after static destructors ran.
 TraceState& state() {
-  static TraceState s;
-  return s;
+  static TraceState* s = new TraceState;
+  return *s;
 }
 
 std::string demangle(const char* name) {
