@@ -31,6 +31,8 @@ const std::vector<GpuConvVariant>& gpu_conv_variants() {
        conv_fwd_gpu_fused_tanh_pool, conv_gpu_fused_tanh_pool_unsupported, Epilogue::TanhMaxPool2},
       {"gpu-autotuned", 11, "tensor-core kernel with its tile configuration chosen per layer shape by measurement",
        conv_fwd_gpu_autotuned, conv_gpu_autotuned_unsupported, Epilogue::None, false},
+      {"gpu-constant-operand", 12, "direct conv per (C, K, M): weights as constant-bank FFMA operands, all M per thread",
+       conv_fwd_gpu_constant_operand, conv_supports_gpu_constant_operand},
   };
   return v;
 }

@@ -66,5 +66,7 @@ void conv_fwd_gpu_fused_tanh_pool(const float* x, const float* k, float* y, cons
 std::string conv_gpu_fused_tanh_pool_unsupported(const ConvShape& s);
 void conv_fwd_gpu_autotuned(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
 std::string conv_gpu_autotuned_unsupported(const ConvShape& s);
+void conv_fwd_gpu_constant_operand(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_supports_gpu_constant_operand(const ConvShape& s);
 
 }  // namespace pyconv
