@@ -69,7 +69,7 @@ def build(c, build_dir="build", debug=False, clean=False, jobs=0, cuda_arch="", 
     except ImportError:
         pass
     if cuda_arch:
-        args.append(f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}")
+        args.append(f"\"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}\"")  # quoted: "80;90" is one value
     if not (bdir / "CMakeCache.txt").exists() or cuda_arch or debug or portable:
         c.run("cmake " + " ".join(args))
     c.run(f"cmake --build {bdir} --parallel {jobs or os.cpu_count()}")
