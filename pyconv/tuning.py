@@ -4,7 +4,9 @@ Like cuDNN's benchmark mode: `tune` times every configuration of the tensor-core
 shape, keeps the fastest, and writes the winners to results/tuning/<gpu-slug>.json; `load_cache` applies such a
 file to pyconv._gpu before a run (shapes it does not name use the kernel's default configuration).
 
-`choose_impls_final` is the fixed choice of GPU variant per conv layer for the final milestone."""
+`choose_impls_final` picks the GPU variant per conv layer for the final milestone: the fastest correct variant
+measured for that layer shape on this GPU by `invoke bench` (the newest results/bench-*.json of this GPU), else
+the fixed FINAL_TABLE, else the first fallback that supports the shape."""
 
 from __future__ import annotations
 
@@ -130,19 +132,53 @@ class ConvSite:
     tanh_pool_follows: bool = False
 
 
-# Expected fastest variant per course layer at batch 10000 on H100/H200, from the ladder's predictions (each
-# file's header); re-check against `invoke bench` results when they exist. Key: (C, H, W, M, K, fused).
+# Used where no bench result for this GPU covers a layer: the fastest variant per course layer measured on an
+# NVIDIA H200 at batch 10000 (results/bench-nvidia-h200-2026-11-22.json). Key: (C, H, W, M, K, fused).
 FINAL_TABLE: dict[tuple[int, int, int, int, int, bool], str] = {
-    (1, 48, 48, 6, 5, True): "gpu-fused-tanh-pool",  # sp19 conv1: writes 116 MB instead of 464 MB
+    (1, 48, 48, 6, 5, True): "gpu-fused-tanh-pool",  # sp19 conv1: 0.244 ms with tanh+pool; cuDNN+tanh+pool 2.81
     (1, 64, 64, 6, 5, True): "gpu-fused-tanh-pool",  # sp18 conv1
     (1, 72, 72, 12, 7, True): "gpu-fused-tanh-pool",  # fa18 conv1
-    (6, 22, 22, 16, 5, False): "gpu-constant-operand",  # sp19 conv2: FFMA bound; measured step 6 0.671 ms,
-    (6, 30, 30, 16, 5, False): "gpu-constant-operand",  # autotuned 1.05 ms (H200); step 12 predicted ~0.3 ms
-    (12, 33, 33, 24, 7, False): "gpu-specialised",  # fa18 conv2 (step 12 has no instance: too much code)
-    (1, 28, 28, 50, 5, False): "gpu-constant-operand",  # fa17: write + FFMA bound (predicted, not measured)
+    (1, 28, 28, 50, 5, True): "gpu-fused-tanh-pool",  # fa17: 0.601 ms with tanh+pool (step 6 + tanh+pool 1.84)
+    (6, 22, 22, 16, 5, False): "gpu-specialised",  # sp19 conv2: 0.675 ms (step 12 0.762, cuDNN 1.03)
+    (6, 30, 30, 16, 5, False): "gpu-specialised",  # sp18 conv2
+    (12, 33, 33, 24, 7, False): "gpu-specialised",  # fa18 conv2
 }
 # Tried in order when the table's choice (or the rule for other layers) does not support a shape.
-FALLBACKS = ("gpu-autotuned", "gpu-tensor-core", "gpu-channel-parallel", "gpu-baseline")
+FALLBACKS = ("gpu-specialised", "gpu-register-tiled", "gpu-autotuned", "gpu-channel-parallel", "gpu-baseline")
+
+
+def bench_winners(gpu_name: str, results: Path = RESULTS) -> dict[tuple[int, int, int, int, int, bool], str]:
+    """From the newest `invoke bench` JSON measured on this GPU: per layer shape, the fastest variant whose
+    correctness check passed. A layer that tanh + maxpool 2/2 follow is compared as conv+tanh+pool (the fused
+    variant alone against each other variant plus the separate tanh and pool kernels); variants that read their
+    input from host memory are left out (the network keeps activations on the device)."""
+    files = []
+    for p in results.glob("bench-*.json"):
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if (doc.get("gpu") or {}).get("name") == gpu_name and doc.get("layers"):
+            files.append((doc.get("date", ""), doc))
+    if not files:
+        return {}
+    doc = max(files, key=lambda f: f[0])[1]
+    winners = {}
+    for layer in doc["layers"]:
+        fused = bool(layer.get("tanh_pool_follows"))
+        best, best_ms = None, float("inf")
+        for v in layer.get("variants", []):
+            if not v.get("check", {}).get("passed") or v.get("x_on_host"):
+                continue
+            pools = v.get("epilogue") == "tanh-maxpool2"
+            if pools and not fused:
+                continue
+            ms = (v.get("ms") if pools or not fused else v.get("tanh_pool_ms")) or {}
+            if ms.get("median", float("inf")) < best_ms:
+                best, best_ms = v["variant"], ms["median"]
+        if best:
+            winners[(layer["C"], layer["H"], layer["W"], layer["M"], layer["K"], fused)] = best
+    return winners
 
 
 def choose_impls_final(model_conv_shapes: Iterable[ConvSite | Sequence]) -> list[str]:
@@ -151,12 +187,14 @@ def choose_impls_final(model_conv_shapes: Iterable[ConvSite | Sequence]) -> list
     autotuned tensor-core kernel; a variant that refuses the shape is replaced by the first FALLBACKS entry that
     accepts it (asked through pyconv._gpu.why_unsupported), e.g. a fused layer whose output is under 2x2."""
     g = _gpu()
+    winners = bench_winners(g.device_info()["name"]) if g.available() else {}
     out = []
     for site in model_conv_shapes:
         s = site if isinstance(site, ConvSite) else ConvSite(*site)
         B, C, H, W, M, K = _check_shape((s.B, s.C, s.H, s.W, s.M, s.K))
         fused = bool(s.tanh_pool_follows)
-        first = FINAL_TABLE.get((C, H, W, M, K, fused), "gpu-fused-tanh-pool" if fused else "gpu-autotuned")
+        key = (C, H, W, M, K, fused)
+        first = winners.get(key) or FINAL_TABLE.get(key, "gpu-fused-tanh-pool" if fused else "gpu-specialised")
         # A fallback for a fused layer does not pool: the engine reads each variant's epilogue
         # (pyconv._gpu.variants()) and applies tanh + pooling itself when the variant does not.
         candidates = [first, *FALLBACKS]
