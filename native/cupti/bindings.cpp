@@ -3,6 +3,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <execinfo.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include "cupti/activity_trace.hpp"
 
 namespace py = pybind11;
@@ -54,7 +60,21 @@ py::dict to_dict(const ActivityRecord& r) {
 
 }  // namespace
 
+namespace {
+// PYCONV_CUPTI_BACKTRACE=1: on a crash inside the trace, print the native stack (for bug reports), then die.
+void print_native_stack(int sig) {
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  const char msg[] = "pyconv._cupti: fatal signal; native stack:\n";
+  (void)!write(2, msg, sizeof msg - 1);
+  backtrace_symbols_fd(frames, n, 2);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+}  // namespace
+
 PYBIND11_MODULE(_cupti, m) {
+  if (std::getenv("PYCONV_CUPTI_BACKTRACE")) signal(SIGSEGV, print_native_stack);
   m.doc() = "pyconv's CUPTI activity trace: kernels, memcpy/memset and CUDA API calls of this process";
   py::register_exception<CuptiError>(m, "CuptiError", PyExc_RuntimeError);
 
