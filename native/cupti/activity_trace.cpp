@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
-#include <regex>
 
 namespace pyconv {
 namespace {
@@ -59,8 +58,14 @@ std::string api_name(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
   const char* raw = nullptr;
   if (cuptiGetCallbackName(domain, cbid, &raw) != CUPTI_SUCCESS || raw == nullptr)
     return (domain == CUPTI_CB_DOMAIN_RUNTIME_API ? "<runtime cbid " : "<driver cbid ") + std::to_string(cbid) + ">";
-  static const std::regex version_suffix("_v[0-9]+$");
-  return std::regex_replace(std::string(raw), version_suffix, "");
+  // No std::regex here: it runs on CUPTI's thread and needs the process's C++ locale, which crashed (SIGSEGV in
+  // codecvt) in processes where a wheel had loaded its own libstdc++ first (h5py's, on the GPU machine).
+  std::string name(raw);
+  const size_t v = name.rfind("_v");
+  if (v != std::string::npos && v + 2 < name.size() &&
+      name.find_first_not_of("0123456789", v + 2) == std::string::npos)
+    name.erase(v);
+  return name;
 }
 
 const char* memcpy_name(uint8_t copy_kind) {
