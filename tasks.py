@@ -232,7 +232,8 @@ def bench(c, model=None, batch=None, reps=None, warmup=None, cpu=False, gpu=Fals
           variants=variants, gpus=gpus)
 
 
-@task(help={"json": "the bench JSON to report on (default: the newest results/bench-*.json)",
+@task(help={"json": "bench JSON file(s) to report on, comma-separated (default: the newest of each kind in results/: "
+                    "GPU layers, end to end, CPU)",
             "out": "Markdown page to write (default results/report.md; plots go beside it)",
             "readme": "also rewrite README.md between <!-- bench:begin --> and <!-- bench:end -->"})
 @user_errors
@@ -243,5 +244,5 @@ def report(c, json=None, out=None, readme=False):
     dest, pngs = r.write_report(json, out)
     print(f"wrote {dest}" + "".join(f", {p.name}" for p in pngs))
     if readme:
-        src = json or r.newest_json()
-        print(f"rewrote the benchmark section of {r.update_readme(r.load(src))}")
+        results = [(src.name, r.load(src)) for src in r.sources_of(json)]
+        print(f"rewrote the benchmark section of {r.update_readme(results)}")

@@ -167,14 +167,15 @@ def check_output(y: np.ndarray, x: np.ndarray, k: np.ndarray, pooled: bool, rtol
 
 
 def git_commit() -> str:
-    """HEAD's hash, with '-dirty' when tracked files differ from it; 'unknown' outside a git checkout."""
+    """HEAD's hash, with '-dirty' when tracked files differ from it; outside a git checkout (a copy of the tree on
+    another machine) $PYCONV_COMMIT as given by whoever made the copy, else 'unknown'."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=paths.ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=paths.ROOT,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return os.environ.get("PYCONV_COMMIT", "unknown")
     return head + ("-dirty" if dirty else "")
 
 

@@ -129,6 +129,10 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
         from .gpu_engine import gpu_module
 
         gpu_module()  # no GPU or no CUDA build: one line here rather than a failing child
+        if impl is not None:
+            from .gpu_engine import check_impl
+
+            check_impl(impl)
     if m == "1":
         return _run_m1(batch, model, device, posix, env)
     argv = [sys.executable, "-m", "pyconv.milestones", "--m", m, "--batch", str(batch), "--model", model,

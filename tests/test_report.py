@@ -161,7 +161,7 @@ def test_readme_markers_replace_only_between(tmp_path):
     assert report.replace_between_markers(new, "| new |\n") == new  # idempotent
     readme = tmp_path / "README.md"
     readme.write_bytes(text.encode())
-    report.update_readme(synthetic_result(), readme)
+    report.update_readme([("bench-synthetic.json", synthetic_result())], readme)
     got = readme.read_bytes().decode()
     assert got.startswith(README_HEAD + "\n") and got.endswith("\n" + README_TAIL)
     assert "Synthetic GPU" in got and "old table" not in got
@@ -174,7 +174,7 @@ def test_readme_without_proper_markers_is_left_alone(tmp_path, text):
     readme = tmp_path / "README.md"
     readme.write_text(text)
     with pytest.raises(PyconvError, match="nothing was changed"):
-        report.update_readme(synthetic_result(), readme)
+        report.update_readme([("bench-synthetic.json", synthetic_result())], readme)
     assert readme.read_text() == text
 
 
