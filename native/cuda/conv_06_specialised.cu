@@ -16,6 +16,10 @@
 // Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
 // sp19 conv1 0.336 ms (+tanh+pool 0.873); sp19 conv2 0.675 ms; fa17 conv 0.553 ms (+tanh+pool 1.84).
 // cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
+// Then __launch_bounds__(256, 3) instead of (256, 2): 80 registers, no spills, theoretical occupancy 28% -> 37%
+// (Nsight Compute had shown issue slots 64% busy with 4.5 warps per scheduler: latency bound, not DRAM-bound at 9%).
+// Measured after (results/bench-nvidia-h200-2026-11-22-specialised-occupancy.json): sp19 conv2 0.675 -> 0.597 ms,
+// sp19 conv1 0.336 -> 0.333 ms, fa17 0.553 -> 0.556 ms.
 // Predicted before measuring, batch 10000: sp19 conv1 ~0.2-0.3 ms (near the 464 MB output-write floor),
 // conv2 ~0.35-0.5 ms (~60-70% of FMA peak; 162 work items per image over 192 threads).
 #include <algorithm>
@@ -46,7 +50,7 @@ struct Spec {
 };
 
 template <int C, int K, int MB, int TNP>
-__global__ void __launch_bounds__(kMaxThreads, 2)  // <= 128 registers: 2+ blocks per SM
+__global__ void __launch_bounds__(kMaxThreads, 3)  // <= 85 registers: 3+ blocks per SM
     conv_fwd_gpu_specialised_kernel(const float* __restrict__ x, const float* __restrict__ k,
                                     float* __restrict__ y, int H, int W, int M, int Ho, int Wo, int TH, int WP,
                                     int n_bands, long long n_blocks) {
