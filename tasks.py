@@ -48,7 +48,7 @@ def data(c, source=None, force=False):
             "clean": "delete the build folder first", "jobs": "parallel compile jobs (default: all cores)",
             "cuda_arch": "CUDA architectures, e.g. 90 or native (default: native with a GPU, else 80;90)",
             "portable": "no -march=native for the CPU module (to carry the build to another CPU)"})
-def build(c, build_dir="build", debug=False, clean=False, jobs=0, cuda_arch="", portable=False):
+def build(c, build_dir="build", debug=False, clean=False, jobs="0", cuda_arch="", portable=False):
     """Configure and build the native modules (pyconv._cpu always, pyconv._gpu when nvcc and cuBLAS are found)."""
     import pybind11
 
@@ -72,7 +72,9 @@ def build(c, build_dir="build", debug=False, clean=False, jobs=0, cuda_arch="", 
         args.append(f"\"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}\"")  # quoted: "80;90" is one value
     if not (bdir / "CMakeCache.txt").exists() or cuda_arch or debug or portable:
         c.run("cmake " + " ".join(args))
-    c.run(f"cmake --build {bdir} --parallel {jobs or os.cpu_count()}")
+    if not str(jobs).isdigit():
+        raise Exit(f"error: --jobs must be a non-negative integer, got '{jobs}'", code=1)
+    c.run(f"cmake --build {bdir} --parallel {int(jobs) or os.cpu_count()}")
 
 
 @task(help={"source": "as for `invoke data`"})
@@ -86,11 +88,16 @@ def setup(c, source=None):
             "name": "name of the new model (written to datasets/models/imported/NAME.h5)",
             "input_size": "input image size (default: 48, Spring 2019)", "force": "overwrite an imported model"})
 @user_errors
-def import_mxnet(c, symbol, params, name, input_size=48, force=False):
+def import_mxnet(c, symbol=None, params=None, name=None, input_size="48", force=False):
     """Convert an MXNet checkpoint (symbol JSON + .params) into the project's HDF5 model format, without MXNet."""
     from pyconv import mxnet_import
+    from pyconv.train import check_positive_int
 
-    path = mxnet_import.import_checkpoint(symbol, params, name, input_size=int(input_size), force=force)
+    missing = [f"--{flag}" for flag, v in (("symbol", symbol), ("params", params), ("name", name)) if v is None]
+    if missing:
+        raise Exit(f"error: {', '.join(missing)} required", code=1)
+    size = check_positive_int(input_size, "--input-size")
+    path = mxnet_import.import_checkpoint(symbol, params, name, input_size=size, force=force)
     print(f"wrote {path}")
 
 
@@ -148,11 +155,13 @@ def models(c):
             "threads": "CPU threads for PyTorch (default 1; the weights depend on it, so it is fixed)",
             "force": "overwrite an existing model file of that name"})
 @user_errors
-def train(c, arch, name, epochs=2, seed=0, batch_size=64, lr=None, max_batches=None, threads=1,
+def train(c, arch=None, name=None, epochs="2", seed="0", batch_size="64", lr=None, max_batches=None, threads="1",
           force=False):
     """Train a course network with PyTorch on Fashion-MNIST and write it as a model file (needs PyTorch)."""
     from pyconv import train as t
 
+    if arch is None or name is None:
+        raise Exit("error: --arch and --name are required", code=1)
     path = t.train(arch, name, epochs=epochs, seed=seed, batch_size=batch_size, lr=1e-3 if lr is None else lr,
                    max_batches=max_batches, threads=threads, force=force)
     print(f"wrote {path}")

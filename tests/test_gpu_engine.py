@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gpu_helpers import HAVE_GPU, clear_margin, close, gpu, network_of, random_model, requires_gpu, requires_gpu_module
+from gpu_helpers import (
+    HAVE_GPU,
+    clear_margin,
+    close,
+    gpu,
+    network_of,
+    random_model,
+    requires_gpu,
+    requires_gpu_module,
+)
 
 from pyconv import reference
 from pyconv.errors import PyconvError

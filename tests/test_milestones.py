@@ -95,3 +95,15 @@ def test_milestone2_posix_time(course_model, tmp_path):
                env={"PYCONV_LOGS": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     assert timelog.parse_posix(r.stdout)["real"] > 0
+
+
+def test_every_task_documents_its_flags():
+    """`invoke --list` shows every task, and `invoke <task> --help` works for each (no flag swallows --help)."""
+    r = invoke("--list")
+    assert r.returncode == 0
+    tasks = [line.split()[0] for line in r.stdout.splitlines()[2:] if line.startswith("  ") and line.split()
+             and not line.startswith("    ")]
+    assert {"build", "data", "milestone", "bench", "profile", "sanitize", "import-mxnet", "train"} <= set(tasks)
+    for t in tasks:
+        h = invoke(t, "--help")
+        assert h.returncode == 0 and "Usage:" in h.stdout, (t, h.stderr)

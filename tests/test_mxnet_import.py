@@ -5,7 +5,7 @@ import struct
 
 import numpy as np
 import pytest
-from conftest import COURSE_PARAMS, COURSE_SYMBOL, needs_course, needs_data
+from conftest import needs_course, needs_data
 
 from pyconv import mxnet_import
 from pyconv.errors import PyconvError
