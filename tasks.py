@@ -91,7 +91,7 @@ def setup(c, source=None):
 def import_mxnet(c, symbol=None, params=None, name=None, input_size="48", force=False):
     """Convert an MXNet checkpoint (symbol JSON + .params) into the project's HDF5 model format, without MXNet."""
     from pyconv import mxnet_import
-    from pyconv.train import check_positive_int
+    from pyconv.checks import check_positive_int
 
     missing = [f"--{flag}" for flag, v in (("symbol", symbol), ("params", params), ("name", name)) if v is None]
     if missing:

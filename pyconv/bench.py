@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from . import paths, reference
+from .checks import as_int
 from .errors import PyconvError
 from .fileio import atomic_path
 from .model import DEFAULT_MODEL, Model
@@ -759,9 +760,7 @@ def parse_parts(cpu: bool, gpu: bool, end_to_end: bool, gpu_available: bool) -> 
 
 def _check_count(value, what: str, low: int) -> int:
     try:
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise ValueError
-        n = int(str(value).strip()) if not isinstance(value, int) else value
+        n = as_int(value)
     except (TypeError, ValueError):
         raise PyconvError(f"{what} must be an integer >= {low}, got {value!r}") from None
     if n < low:

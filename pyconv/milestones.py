@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from . import data, timelog
+from .checks import as_int
 from .errors import PyconvError
 from .model import DEFAULT_MODEL, Model, load_model
 
@@ -32,13 +33,7 @@ CPU_IMPLS = ("cpu-naive", "cpu-fast", "numpy")
 def check_batch(batch) -> int:
     """1..10000, an integer (a string like '100' is accepted; '1.5', '0', '-3', 'abc' are not)."""
     try:
-        if isinstance(batch, bool):
-            raise ValueError
-        if isinstance(batch, float):
-            if not batch.is_integer():
-                raise ValueError
-            batch = int(batch)
-        n = int(str(batch).strip()) if not isinstance(batch, int) else batch
+        n = as_int(batch)
     except (TypeError, ValueError):
         raise PyconvError(f"batch must be an integer between 1 and {MAX_BATCH}, got {batch!r}") from None
     if not 1 <= n <= MAX_BATCH:

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from . import paths
+from .checks import check_model_name
 from .errors import PyconvError
 from .model import Layer, Model, save_model
 
@@ -29,7 +30,6 @@ NDARRAY_V1 = 0xF993FAC8
 DTYPES = {0: np.float32}  # type_flag -> dtype; the course checkpoints are float32
 TYPE_NAMES = {1: "float64", 2: "float16", 3: "uint8", 4: "int32", 5: "int8", 6: "int64"}
 SUPPORTED_OPS = ("New", "Convolution", "Activation", "Pooling", "Flatten", "FullyConnected", "SoftmaxOutput")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class _Reader:
@@ -197,8 +197,7 @@ def parse_symbol(path: str | Path, params: dict[str, np.ndarray], name: str, inp
 def import_checkpoint(symbol: str | Path, params: str | Path, name: str, input_size: int = 48,
                       channels: int = 1, force: bool = False, dest_dir: Path | None = None) -> Path:
     """Convert and write datasets/models/imported/NAME.h5. Shipped model names are never overwritten."""
-    if not NAME_RE.match(name):
-        raise PyconvError(f"model name '{name}' must be letters, digits, '.', '_' or '-'")
+    check_model_name(name)
     if (paths.MODELS / f"{name}.h5").exists():
         raise PyconvError(f"'{name}' is a shipped model; choose another name for the imported one (e.g. course-{name})")
     dest = Path(dest_dir or paths.IMPORTED_MODELS) / f"{name}.h5"

@@ -11,7 +11,6 @@ file."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import time
 from pathlib import Path
@@ -19,35 +18,16 @@ from pathlib import Path
 import numpy as np
 
 from . import archs, data, paths
+from .checks import check_model_name, check_positive_int
 from .errors import PyconvError
 from .fileio import write_text_atomic
 from .framework import build_net, export_weights, require_torch
 from .model import Model, load_model, save_model, shipped_models
 
 INPUT_SCALE = 1.0 / 255.0
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 ACCURACY_COUNTS = (100, 1000, 10000)
 ACCURACY_JSON = paths.RESULTS / "model-accuracy.json"
 ACCURACY_MD = paths.RESULTS / "model-accuracy.md"
-
-
-def check_positive_int(value, what: str) -> int:
-    try:
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise ValueError
-        n = int(str(value).strip()) if not isinstance(value, int) else value
-    except (TypeError, ValueError):
-        raise PyconvError(f"{what} must be a positive integer, got {value!r}") from None
-    if n <= 0:
-        raise PyconvError(f"{what} must be a positive integer, got {n}")
-    return n
-
-
-def check_name(name: str) -> str:
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise PyconvError(f"model name must be letters, digits, '.', '_' or '-' (starting with a letter or "
-                          f"digit), got {name!r}")
-    return name
 
 
 def train(arch: str, name: str, epochs: int = 2, seed: int = 0, batch_size: int = 64, lr: float = 1e-3,
@@ -63,7 +43,7 @@ def train(arch: str, name: str, epochs: int = 2, seed: int = 0, batch_size: int 
     rather than taken from the machine; 1 also trained fastest on a busy 2-core machine (sp19: 72 ms per step
     against 266 ms with 2 threads, both under load, where 2 threads spin waiting for each other)."""
     spec = archs.get_arch(arch)
-    name = check_name(name)
+    name = check_model_name(name)
     epochs = check_positive_int(epochs, "epochs")
     batch_size = check_positive_int(batch_size, "batch size")
     if max_batches is not None:
