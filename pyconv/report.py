@@ -233,20 +233,38 @@ def cpu_table(result: dict) -> Table:
 def end_to_end_table(result: dict) -> Table:
     t = Table("End to end (whole network, batch in, labels out)",
               ["model", "batch", "who", "resident ms", "pinned ms", "pageable ms", "images/s (pinned)",
-               "x PyTorch (pinned)", "Correctness", "peak device MB"])
+               "x PyTorch (pinned)", "Correctness", "labels that differ from PyTorch's", "peak device MB"])
     for e in result.get("end_to_end", []):
         for mode in ("resident_ms", "pinned_ms"):
             if "error" in e["pyconv"].get(mode, {}):
                 t.notes.append(f"{e['model']} pyconv {mode[:-3]}: {e['pyconv'][mode]['error']}")
-        for who, d in (("pyconv " + ",".join(e["impls"]), e["pyconv"]), ("PyTorch", e.get("pytorch", {}))):
+        fc = f", FC {e['fc_math']}" if "fc_math" in e else ""
+        for who, d in (("pyconv " + ",".join(e["impls"]) + fc, e["pyconv"]), ("PyTorch", e.get("pytorch", {}))):
             if "error" in d:
-                t.rows.append([e["model"], str(e["batch"]), who, d["error"], "", "", "", "", "", ""])
+                t.rows.append([e["model"], str(e["batch"]), who, d["error"], "", "", "", "", "", "", ""])
                 continue
             mine = who != "PyTorch"
             t.rows.append([e["model"], str(e["batch"]), who, _ms(d.get("resident_ms")), _ms(d.get("pinned_ms")),
                            _ms(d.get("pageable_ms")), num(d.get("pinned_ms", {}).get("images_per_s")),
                            num(e.get("x_pytorch", {}).get("pinned_ms"), 2) if mine else "1",
-                           num(d.get("correctness"), 4), num(d.get("peak_device_bytes", 0) / 2**20)])
+                           num(d.get("correctness"), 4), str(d.get("differ_vs_pytorch", "-")),
+                           num(d.get("peak_device_bytes", 0) / 2**20)])
+    return t
+
+
+def pipeline_table(result: dict) -> Table | None:
+    rows = [(e, e["pyconv"]["pipeline"]) for e in result.get("end_to_end", []) if e["pyconv"].get("pipeline")]
+    if not rows:
+        return None
+    chunks = sorted({p["chunks"] for _, sweep in rows for p in sweep})
+    t = Table("Pipeline shape (pinned ms: the batch in chunks queued round-robin on streams)",
+              ["model", "streams", *[f"{c} chunk{'s' if c > 1 else ''}" for c in chunks]])
+    for e, sweep in rows:
+        for n_streams in sorted({p["streams"] for p in sweep}):
+            by_chunks = {p["chunks"]: p["pinned_ms"] for p in sweep if p["streams"] == n_streams}
+            t.rows.append([e["model"], str(n_streams), *[_ms(by_chunks.get(c)) for c in chunks]])
+    if rows and "chunks" in rows[0][0]:
+        t.notes.append(f"final runs {rows[0][0]['chunks']} chunks on {rows[0][0]['streams']} streams")
     return t
 
 
@@ -278,6 +296,9 @@ def tables(result: dict) -> list[Table]:
         out.append(cpu_table(result))
     if result.get("end_to_end"):
         out.append(end_to_end_table(result))
+        pipe = pipeline_table(result)
+        if pipe:
+            out.append(pipe)
         if any(e.get("multi_gpu") for e in result["end_to_end"]):
             out.append(multi_gpu_table(result))
     if result.get("goals"):

@@ -133,15 +133,15 @@ class ConvSite:
 
 
 # Used where no bench result for this GPU covers a layer: the fastest variant per course layer measured on an
-# NVIDIA H200 at batch 10000 (results/bench-nvidia-h200-2026-11-22.json). Key: (C, H, W, M, K, fused).
+# NVIDIA H200 at batch 10000 (results/bench-nvidia-h200-2026-11-2[23].json). Key: (C, H, W, M, K, fused).
 FINAL_TABLE: dict[tuple[int, int, int, int, int, bool], str] = {
-    (1, 48, 48, 6, 5, True): "gpu-fused-tanh-pool",  # sp19 conv1: 0.244 ms with tanh+pool; cuDNN+tanh+pool 2.81
+    (1, 48, 48, 6, 5, True): "gpu-fused-tanh-pool",  # sp19 conv1: 0.242 ms with tanh+pool; cuDNN+tanh+pool 2.72
     (1, 64, 64, 6, 5, True): "gpu-fused-tanh-pool",  # sp18 conv1
     (1, 72, 72, 12, 7, True): "gpu-fused-tanh-pool",  # fa18 conv1
     (1, 28, 28, 50, 5, True): "gpu-fused-tanh-pool",  # fa17: 0.601 ms with tanh+pool (step 6 + tanh+pool 1.84)
-    (6, 22, 22, 16, 5, False): "gpu-specialised",  # sp19 conv2: 0.675 ms (step 12 0.762, cuDNN 1.03)
-    (6, 30, 30, 16, 5, False): "gpu-specialised",  # sp18 conv2
-    (12, 33, 33, 24, 7, False): "gpu-specialised",  # fa18 conv2
+    (6, 22, 22, 16, 5, False): "gpu-tensor-core-tf32",  # sp19 conv2: 0.294 ms (step 6 0.593, cuDNN 1.03)
+    (6, 30, 30, 16, 5, False): "gpu-tensor-core-tf32",  # sp18 conv2
+    (12, 33, 33, 24, 7, False): "gpu-tensor-core-tf32",  # fa18 conv2
 }
 # Tried in order when the table's choice (or the rule for other layers) does not support a shape.
 FALLBACKS = ("gpu-specialised", "gpu-register-tiled", "gpu-autotuned", "gpu-channel-parallel", "gpu-baseline")

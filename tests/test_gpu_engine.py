@@ -258,6 +258,42 @@ def test_layers_match_reference(case, dtype):
 
 @requires_gpu
 @pytest.mark.gpu
+def test_fc_layers_in_tf32_stay_within_tf32_rounding():
+    rng = np.random.default_rng(SEED + 9)
+    C, H, W, hidden = 3, 20, 20, 96
+    conv = Layer("conv", name="c", out_channels=8, kernel=5,
+                 weight=rng.uniform(-0.002, 0.002, (8, C, 5, 5)).astype(np.float32))
+    flat = 8 * 8 * 8
+    layers = [conv, Layer("tanh"), Layer("pool", mode="max", kernel=2, stride=2), Layer("flatten"),
+              Layer("fc", name="f1", out_features=hidden,
+                    weight=(rng.uniform(-1, 1, (hidden, flat)) / np.sqrt(flat)).astype(np.float32),
+                    bias=rng.uniform(-1, 1, hidden).astype(np.float32)),
+              Layer("tanh"),
+              Layer("fc", name="f2", out_features=10,
+                    weight=(rng.uniform(-1, 1, (10, hidden)) / np.sqrt(hidden)).astype(np.float32),
+                    bias=rng.uniform(-1, 1, 10).astype(np.float32))]
+    model = tiny_net(layers, (C, H, W))
+    x = rng.integers(1, 256, (300, C, H, W)).astype(np.uint8)
+    net = network_of(model)
+    assert net.fc_math == "fp32"
+    exact = net.logits(x, ["gpu-fused-tanh-pool"])
+    net.fc_math = "tf32"
+    assert net.fc_math == "tf32"
+    got = net.logits(x, ["gpu-fused-tanh-pool"])
+    ref = cpu_logits(model, x)
+    assert np.abs(ref).max() > 0.5
+    ok, msg = close(exact, ref, 1e-4, 1e-5 * np.sqrt(flat))
+    assert ok, f"fp32: {msg}"
+    # TF32 keeps 10 mantissa bits of each operand (relative 2^-11); the products are summed in float32.
+    ok, msg = close(got, ref, 4e-3, 4e-3)
+    assert ok, f"tf32: {msg}"
+    with pytest.raises(ValueError, match="unknown FC math 'fp16'"):
+        net.fc_math = "fp16"
+    assert net.fc_math == "tf32"
+
+
+@requires_gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", variant_ids())
 def test_network_predictions_equal_cpu_engine(name):
     from pyconv.engine import forward_cpu

@@ -49,9 +49,12 @@ def synthetic_result() -> dict:
            {"model": "synthetic", "layer": "conv1", "C": 1, "H": 48, "W": 48, "M": 6, "K": 5, "B": 10000,
             "variant": "pytorch 9.9", "threads": 2, "flops": 10**9, "s": bench.stats([0.3]), "gflops": 3.3}]
     e2e = [{"model": "synthetic", "arch": "sp19", "batch": 10000, "impls": ["gpu-fused-tanh-pool", "gpu-baseline"],
+            "fc_math": "tf32", "chunks": 4, "streams": 2,
             "pyconv": {"resident_ms": bench._timing([0.8], 10000), "pinned_ms": bench._timing([1.3], 10000),
                        "pageable_ms": bench._timing([2.0], 10000), "correctness": 0.8397,
-                       "peak_device_bytes": 300 * 2**20},
+                       "differ_vs_pytorch": 0, "peak_device_bytes": 300 * 2**20,
+                       "pipeline": [{"chunks": c, "streams": s, "pinned_ms": bench._timing([1.0 + c / 10 + s], 10000)}
+                                    for s in (2, 4) for c in (1, 4)]},
             "pytorch": {"resident_ms": bench._timing([4.0], 10000), "pinned_ms": bench._timing([6.0], 10000),
                         "pageable_ms": bench._timing([7.0], 10000), "correctness": 0.8397,
                         "peak_device_bytes": 900 * 2**20},
@@ -110,6 +113,15 @@ def test_ladder_numbers_come_from_the_json():
     # the fused variant: 0.09 ms median of [0.09, 0.099] = 0.0945; x cuDNN (conv+tanh+pool) 2.5 / 0.0945
     fused = next(line for line in md.splitlines() if line.startswith("| gpu-fused-tanh-pool (conv+tanh+pool)"))
     assert "| 0.0945 |" in fused and f"| {report.num(2.5 / 0.0945, 2)} |" in fused
+
+
+def test_end_to_end_tables_show_fc_math_and_the_pipeline_sweep():
+    md = report.markdown_tables(synthetic_result())
+    row = next(line for line in md.splitlines() if line.startswith("| synthetic | 10000 | pyconv"))
+    assert "FC tf32" in row and "| 0 |" in row  # no label differs from PyTorch's
+    assert "| model | streams | 1 chunk | 4 chunks |" in md
+    assert "| synthetic | 2 | 3.10 | 3.40 |" in md and "| synthetic | 4 | 5.10 | 5.40 |" in md
+    assert "final runs 4 chunks on 2 streams" in md
 
 
 def test_text_tables_are_aligned():

@@ -435,6 +435,11 @@ PYBIND11_MODULE(_gpu, m) {
           "the labels); one pass, no splitting. For tests of the layer kernels.")
       .def_property_readonly("peak_bytes", [](const PyNetwork& self) { return self.net->peak_bytes(); },
                              "Most device bytes this network's buffers (weights included) have held.")
+      .def_property(
+          "fc_math", [](const PyNetwork& self) { return self.net->fc_math() == FcMath::TF32 ? "tf32" : "fp32"; },
+          [](PyNetwork& self, const std::string& name) { self.net->set_fc_math(fc_math_from_name(name)); },
+          "How the fully connected layers multiply: 'fp32' (cublasSgemm, the default) or 'tf32' (tensor cores,\n"
+          "operands rounded to 10 mantissa bits, float32 sums).")
       .def_property_readonly("conv_layers", [](const PyNetwork& self) { return self.net->conv_count(); })
       .def_property_readonly("device", [](const PyNetwork& self) { return self.net->device(); });
 }

@@ -14,6 +14,8 @@
 // Specialised (templates) for K = 5 and 7 with MB = 6 or 8 channels per pass (sp18/sp19 conv1 M=6; fa18 conv1
 // M=12 = 2 x 6; fa17 M=50 = 7 x 8 with the last pass masked); any other shape, or images too large for shared
 // memory, run a generic kernel (one thread per pooled output, x and k from global memory).
+// The network's first layer reads the uint8 images as they arrived from the host (launch_u8): the widening to
+// float happens while a block stages its images, so the batch never exists as float32 in global memory.
 // Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
 // sp19 conv1 0.244 ms (conv+tanh+pool); fa17 conv 0.601 ms (conv+tanh+pool).
 // cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
@@ -21,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "cuda/conv_registry.cuh"
 #include "cuda/cuda_check.cuh"
@@ -39,9 +42,9 @@ struct FusedParams {
   int mgroups;                   // ceil(M / MB)
 };
 
-template <int K, int MB>
+template <int K, int MB, typename TIn>
 __global__ void __launch_bounds__(THREADS)
-    conv_tanh_pool_kernel(const float* __restrict__ x, const float* __restrict__ k, float* __restrict__ y,
+    conv_tanh_pool_kernel(const TIn* __restrict__ x, const float* __restrict__ k, float* __restrict__ y,
                           const FusedParams p) {
   static_assert(MB % 2 == 0, "weights of a tap are read as float2 pairs");
   static_assert(K % 2 == 1, "K + 3 input columns are read as float2 pairs: K must be odd");
@@ -60,8 +63,8 @@ __global__ void __launch_bounds__(THREADS)
     s_w[i] = m < p.M ? __ldg(&k[size_t(m) * p.C * K * K + tap]) : 0.0f;
   }
   const int rows = nimg * p.C * p.H;  // image rows of this block, contiguous in x
-  const float* xb = x + size_t(b0) * p.C * p.H * p.W;
-  for (int i = tid; i < rows * p.W; i += THREADS) s_x[(i / p.W) * p.pitch + i % p.W] = __ldg(&xb[i]);
+  const TIn* xb = x + size_t(b0) * p.C * p.H * p.W;
+  for (int i = tid; i < rows * p.W; i += THREADS) s_x[(i / p.W) * p.pitch + i % p.W] = float(__ldg(&xb[i]));
   // Columns W..pitch-1 are read only for the masked second quad of an odd Wp: zero them so nothing reads
   // uninitialised shared memory.
   for (int i = tid; i < rows * (p.pitch - p.W); i += THREADS)
@@ -134,7 +137,8 @@ __global__ void __launch_bounds__(THREADS)
 }
 
 // Any shape: one thread per pooled output y[b][m][i][j], x and k read through the read-only cache.
-__global__ void conv_tanh_pool_generic_kernel(const float* __restrict__ x, const float* __restrict__ k,
+template <typename TIn>
+__global__ void conv_tanh_pool_generic_kernel(const TIn* __restrict__ x, const float* __restrict__ k,
                                               float* __restrict__ y, int C, int H, int W, int M, int K, int Hp,
                                               int Wp, long long total) {
   for (long long o = blockIdx.x * (long long)blockDim.x + threadIdx.x; o < total;
@@ -143,16 +147,16 @@ __global__ void conv_tanh_pool_generic_kernel(const float* __restrict__ x, const
     const long long b = o / (Wp * (long long)Hp * M);
     float a00 = 0.0f, a01 = 0.0f, a10 = 0.0f, a11 = 0.0f;
     for (int c = 0; c < C; ++c) {
-      const float* xc = x + (size_t(b) * C + c) * H * W + size_t(2 * i) * W + 2 * j;
+      const TIn* xc = x + (size_t(b) * C + c) * H * W + size_t(2 * i) * W + 2 * j;
       const float* kc = k + (size_t(m) * C + c) * K * K;
       for (int kp = 0; kp < K; ++kp)
         for (int q = 0; q < K; ++q) {
           const float w = __ldg(&kc[kp * K + q]);
-          const float* r0 = xc + size_t(kp) * W + q;
-          a00 = fmaf(__ldg(r0), w, a00);
-          a01 = fmaf(__ldg(r0 + 1), w, a01);
-          a10 = fmaf(__ldg(r0 + W), w, a10);
-          a11 = fmaf(__ldg(r0 + W + 1), w, a11);
+          const TIn* r0 = xc + size_t(kp) * W + q;
+          a00 = fmaf(float(__ldg(r0)), w, a00);
+          a01 = fmaf(float(__ldg(r0 + 1)), w, a01);
+          a10 = fmaf(float(__ldg(r0 + W)), w, a10);
+          a11 = fmaf(float(__ldg(r0 + W + 1)), w, a11);
         }
     }
     y[o] = tanhf(fmaxf(fmaxf(a00, a01), fmaxf(a10, a11)));
@@ -167,8 +171,8 @@ size_t fused_smem(const ConvShape& s, int mb, int pitch, int ipb) {
   return w + img * ipb;
 }
 
-template <int K, int MB>
-bool launch_specialised(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st) {
+template <int K, int MB, typename TIn>
+bool launch_specialised(const TIn* x, const float* k, float* y, const ConvShape& s, cudaStream_t st) {
   FusedParams p{};
   p.B = int(s.B); p.C = int(s.C); p.H = int(s.H); p.W = int(s.W); p.M = int(s.M); p.K = K;
   p.Hp = int(s.Ho() / 2); p.Wp = int(s.Wo() / 2);
@@ -179,17 +183,16 @@ bool launch_specialised(const float* x, const float* k, float* y, const ConvShap
   p.ipb = int(std::max<size_t>(1, std::min<size_t>(size_t(s.B), SMEM_IMAGES / img_bytes)));
   const size_t smem = fused_smem(s, MB, p.pitch, p.ipb);
   if (smem > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(conv_tanh_pool_kernel<K, MB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(conv_tanh_pool_kernel<K, MB, TIn>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(smem)));
   const long long blocks = (s.B + p.ipb - 1) / p.ipb;
-  conv_tanh_pool_kernel<K, MB><<<unsigned(blocks), THREADS, smem, st>>>(x, k, y, p);
+  conv_tanh_pool_kernel<K, MB, TIn><<<unsigned(blocks), THREADS, smem, st>>>(x, k, y, p);
   CUDA_CHECK_LAUNCH();
   return true;
 }
 
-}  // namespace
-
-void conv_fwd_gpu_fused_tanh_pool(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st) {
+template <typename TIn>
+void launch_fused(const TIn* x, const float* k, float* y, const ConvShape& s, cudaStream_t st) {
   const bool six = s.M % 6 == 0 && s.M <= 12;  // sp18/sp19 conv1 (M=6), fa18 conv1 (M=12): no masked channels
   if (s.K == 5 && (six ? launch_specialised<5, 6>(x, k, y, s, st) : launch_specialised<5, 8>(x, k, y, s, st)))
     return;
@@ -198,9 +201,20 @@ void conv_fwd_gpu_fused_tanh_pool(const float* x, const float* k, float* y, cons
   const long long Hp = s.Ho() / 2, Wp = s.Wo() / 2, total = s.B * s.M * Hp * Wp;
   if (total == 0) return;  // output under 2x2: nothing to write (the registry refuses such shapes anyway)
   const long long blocks = std::min<long long>((total + THREADS - 1) / THREADS, 1LL << 20);
-  conv_tanh_pool_generic_kernel<<<unsigned(blocks), THREADS, 0, st>>>(x, k, y, int(s.C), int(s.H), int(s.W),
-                                                                     int(s.M), int(s.K), int(Hp), int(Wp), total);
+  conv_tanh_pool_generic_kernel<TIn><<<unsigned(blocks), THREADS, 0, st>>>(
+      x, k, y, int(s.C), int(s.H), int(s.W), int(s.M), int(s.K), int(Hp), int(Wp), total);
   CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void conv_fwd_gpu_fused_tanh_pool(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st) {
+  launch_fused(x, k, y, s, st);
+}
+
+void conv_fwd_gpu_fused_tanh_pool_u8(const uint8_t* x, const float* k, float* y, const ConvShape& s,
+                                     cudaStream_t st) {
+  launch_fused(x, k, y, s, st);
 }
 
 std::string conv_gpu_fused_tanh_pool_unsupported(const ConvShape& s) {

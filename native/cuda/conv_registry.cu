@@ -28,11 +28,15 @@ const std::vector<GpuConvVariant>& gpu_conv_variants() {
       {"gpu-streams", 9, "x in pinned host memory: chunked copies overlap tensor-core compute on 4 streams",
        conv_fwd_gpu_streams, conv_gpu_streams_unsupported, Epilogue::None, true},
       {"gpu-fused-tanh-pool", 10, "conv + tanh + 2x2 max pool in one kernel: the un-pooled output never leaves the SM",
-       conv_fwd_gpu_fused_tanh_pool, conv_gpu_fused_tanh_pool_unsupported, Epilogue::TanhMaxPool2},
+       conv_fwd_gpu_fused_tanh_pool, conv_gpu_fused_tanh_pool_unsupported, Epilogue::TanhMaxPool2, false, 0.0,
+       conv_fwd_gpu_fused_tanh_pool_u8},
       {"gpu-autotuned", 11, "tensor-core kernel with its tile configuration chosen per layer shape by measurement",
        conv_fwd_gpu_autotuned, conv_gpu_autotuned_unsupported, Epilogue::None, false},
       {"gpu-constant-operand", 12, "direct conv per (C, K, M): weights as constant-bank FFMA operands, all M per thread",
        conv_fwd_gpu_constant_operand, conv_supports_gpu_constant_operand},
+      // One TF32 rounding per operand (relative 2^-11): held to 2e-3 instead of the default 1e-4.
+      {"gpu-tensor-core-tf32", 13, "one TF32 tensor-core pass, whole images in shared memory, next image prefetched",
+       conv_fwd_gpu_tensor_core_tf32, conv_supports_gpu_tensor_core_tf32, Epilogue::None, false, 2e-3},
   };
   return v;
 }

@@ -7,6 +7,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ enum class Epilogue {
 };
 
 using ConvLaunchFn = void (*)(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t stream);
+// The same with x as uint8 pixels on the device (a network's raw images), widened to float inside the kernel.
+using ConvLaunchU8Fn = void (*)(const uint8_t* x, const float* k, float* y, const ConvShape& s,
+                                cudaStream_t stream);
 // Returns an empty string when the shape is supported, else why not (shown to the user verbatim).
 using ConvSupportsFn = std::string (*)(const ConvShape& s);
 
@@ -35,6 +39,9 @@ struct GpuConvVariant {
   // Relative tolerance the tests hold this variant to; 0 means the project's default (1e-4). Only variants
   // that round on purpose (tensor cores, half precision) set it, and say why in their file.
   double tolerance = 0.0;
+  // Optional: reads uint8 x directly. The network then skips its uint8 -> float32 pass when this variant runs
+  // its first layer (the images never exist as float32 on the device).
+  ConvLaunchU8Fn launch_u8 = nullptr;
 };
 
 const std::vector<GpuConvVariant>& gpu_conv_variants();
@@ -63,10 +70,14 @@ std::string conv_gpu_tensor_core_unsupported(const ConvShape& s);
 void conv_fwd_gpu_streams(const float* x_host, const float* k, float* y, const ConvShape& s, cudaStream_t st);
 std::string conv_gpu_streams_unsupported(const ConvShape& s);
 void conv_fwd_gpu_fused_tanh_pool(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+void conv_fwd_gpu_fused_tanh_pool_u8(const uint8_t* x, const float* k, float* y, const ConvShape& s,
+                                     cudaStream_t st);
 std::string conv_gpu_fused_tanh_pool_unsupported(const ConvShape& s);
 void conv_fwd_gpu_autotuned(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
 std::string conv_gpu_autotuned_unsupported(const ConvShape& s);
 void conv_fwd_gpu_constant_operand(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
 std::string conv_supports_gpu_constant_operand(const ConvShape& s);
+void conv_fwd_gpu_tensor_core_tf32(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_supports_gpu_tensor_core_tf32(const ConvShape& s);
 
 }  // namespace pyconv

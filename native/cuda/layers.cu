@@ -87,6 +87,12 @@ Activation activation_from_name(const std::string& name) {
   throw std::invalid_argument("unknown activation '" + name + "' (known: tanh, relu, sigmoid)");
 }
 
+FcMath fc_math_from_name(const std::string& name) {
+  if (name == "fp32") return FcMath::FP32;
+  if (name == "tf32") return FcMath::TF32;
+  throw std::invalid_argument("unknown FC math '" + name + "' (known: fp32, tf32)");
+}
+
 void u8_to_f32(const uint8_t* in, float* out, size_t n, cudaStream_t st) {
   if (!n) return;
   u8_to_f32_kernel<<<blocks_for(n), THREADS, 0, st>>>(in, out, n);
@@ -113,17 +119,22 @@ void pool2d(const float* x, float* y, int64_t planes, int H, int W, int kernel, 
 }
 
 void fully_connected(cublasHandle_t h, const float* x, const float* w, const float* b, float* y, int64_t rows,
-                     int64_t in, int64_t out, Activation act, cudaStream_t st) {
+                     int64_t in, int64_t out, Activation act, FcMath math, cudaStream_t st) {
   if (rows <= 0) return;
   if (rows > INT32_MAX || in > INT32_MAX || out > INT32_MAX)
-    throw std::invalid_argument("fully_connected: dimensions beyond 2^31 are not supported by cublasSgemm");
+    throw std::invalid_argument("fully_connected: dimensions beyond 2^31 are not supported by cuBLAS");
   // Row-major trick: cuBLAS is column-major, and a row-major [r][c] matrix is a column-major [c][r] one. So
   // y^T[out][rows] = W[out][in] . x^T[in][rows], i.e. C = op(A) B with A = W stored column-major as [in][out]
   // (lda = in, transposed), B = x stored column-major as [in][rows] (ldb = in), C = y as [out][rows] (ldc = out).
   const float one = 1.0f, zero = 0.0f;
   CUBLAS_CHECK(cublasSetStream(h, st));
-  CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in), &one, w, int(in), x, int(in),
-                           &zero, y, int(out)));
+  if (math == FcMath::TF32)
+    CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in), &one, w, CUDA_R_32F, int(in),
+                              x, CUDA_R_32F, int(in), &zero, y, CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F_FAST_TF32,
+                              CUBLAS_GEMM_DEFAULT));
+  else
+    CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in), &one, w, int(in), x,
+                             int(in), &zero, y, int(out)));
   const size_t total = size_t(rows) * size_t(out);
   bias_activation_kernel<<<blocks_for(total), THREADS, 0, st>>>(y, b, total, out, act);
   CUDA_CHECK_LAUNCH();

@@ -119,6 +119,7 @@ GpuNetwork::Plan GpuNetwork::make_plan(const std::vector<std::string>& impls) co
     Step st{&L};
     if (L.kind == Kind::Conv) {
       st.variant = &find_gpu_conv_variant(impls[size_t(L.conv_index)]);
+      if (i == 0 && st.variant->launch_u8) plan.u8_first = true;
       if (st.variant->x_on_host) {
         if (i != 0)
           throw std::invalid_argument(std::string(st.variant->name) +
@@ -172,8 +173,9 @@ void GpuNetwork::release_activations() noexcept {
   }
 }
 
-const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing, std::vector<double>& op_seconds,
-                          std::vector<Event>* events, const float* host_x) {
+const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing,
+                                  std::vector<double>& op_seconds, std::vector<Event>* events, const float* host_x,
+                                  const uint8_t* x_u8) {
   const cudaStream_t st = L.stream.get();
   float* cur = L.a.get();
   float* other = L.b.get();
@@ -186,20 +188,27 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
         if (!why.empty()) throw std::invalid_argument(why);
         const float* x = step.variant->x_on_host ? host_x : cur;
         const int ci = ly.conv_index;
+        const bool u8 = x_u8 && &ly == &layers_.front();  // the raw images, widened inside the kernel
+        const auto launch = [&] {
+          if (u8)
+            step.variant->launch_u8(x_u8, ly.w.get(), other, s, st);
+          else
+            step.variant->launch(x, ly.w.get(), other, s, st);
+        };
         if (timing == Timing::HostSync) {
           // The course's Op Time: everything before is finished, the clock brackets this launch alone.
           CUDA_CHECK(cudaDeviceSynchronize());
           const auto t0 = std::chrono::steady_clock::now();
-          step.variant->launch(x, ly.w.get(), other, s, st);
+          launch();
           CUDA_CHECK(cudaDeviceSynchronize());
           const auto t1 = std::chrono::steady_clock::now();
           op_seconds[size_t(ci)] += std::chrono::duration<double>(t1 - t0).count();
         } else if (timing == Timing::Events) {
           (*events)[2 * size_t(ci)].record(st);
-          step.variant->launch(x, ly.w.get(), other, s, st);
+          launch();
           (*events)[2 * size_t(ci) + 1].record(st);
         } else {
-          step.variant->launch(x, ly.w.get(), other, s, st);
+          launch();
         }
         std::swap(cur, other);
         break;
@@ -213,7 +222,8 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
         std::swap(cur, other);
         break;
       case Kind::FC:
-        fully_connected(L.blas.get(), cur, ly.w.get(), ly.b.get(), other, rows, ly.in_c, ly.out_c, step.fc_act, st);
+        fully_connected(L.blas.get(), cur, ly.w.get(), ly.b.get(), other, rows, ly.in_c, ly.out_c, step.fc_act,
+                        fc_math_, st);
         std::swap(cur, other);
         break;
       case Kind::Flatten:
@@ -244,6 +254,7 @@ void GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
   const int64_t nchunks = (rows + chunk_rows - 1) / chunk_rows;
   const size_t nlanes = size_t(std::min<int64_t>(streams, nchunks));
   const bool u8_on_device = type == InputType::U8 && !plan.host_input;
+  const bool u8_direct = u8_on_device && plan.u8_first;
 
   ensure_lanes(nlanes);
   for (size_t l = 0; l < nlanes; ++l) size_lane(*lanes_[l], chunk_rows, u8_on_device);
@@ -287,13 +298,13 @@ void GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
       const uint8_t* s = src + size_t(r0) * in_bytes;
       if (type == InputType::U8) {
         CUDA_CHECK(cudaMemcpyAsync(L.in_u8.get(), s, size_t(rc) * in_bytes, cudaMemcpyHostToDevice, st));
-        u8_to_f32(L.in_u8.get(), L.a.get(), size_t(rc * in_elems), st);
+        if (!u8_direct) u8_to_f32(L.in_u8.get(), L.a.get(), size_t(rc * in_elems), st);
       } else {
         CUDA_CHECK(cudaMemcpyAsync(L.a.get(), s, size_t(rc) * in_bytes, cudaMemcpyHostToDevice, st));
       }
     }
     run_lane(L, rc, plan, timing, op_seconds, events.empty() ? nullptr : &events[size_t(c)],
-             host_x ? host_x + r0 * in_elems : nullptr);
+             host_x ? host_x + r0 * in_elems : nullptr, u8_direct ? L.in_u8.get() : nullptr);
     CUDA_CHECK(cudaMemcpyAsync(labels_dst + r0, L.labels.get(), size_t(rc) * sizeof(int32_t),
                                cudaMemcpyDeviceToHost, st));
   }
@@ -362,11 +373,12 @@ std::vector<float> GpuNetwork::forward_resident(const void* images, InputType ty
   std::vector<float> ms;
   for (int i = 0; i < warmup + reps; ++i) {
     start.record(st);
-    if (type == InputType::U8)
+    const bool u8_direct = type == InputType::U8 && plan.u8_first;
+    if (type == InputType::U8 && !u8_direct)
       u8_to_f32(resident.get(), L.a.get(), size_t(n * in_elems), st);
-    else
+    else if (type == InputType::F32)
       CUDA_CHECK(cudaMemcpyAsync(L.a.get(), resident.get(), size_t(n) * in_bytes, cudaMemcpyDeviceToDevice, st));
-    run_lane(L, n, plan, Timing::None, unused, nullptr, nullptr);
+    run_lane(L, n, plan, Timing::None, unused, nullptr, nullptr, u8_direct ? resident.get() : nullptr);
     stop.record(st);
     const float t = stop.since(start);
     if (i >= warmup) ms.push_back(t);
@@ -398,12 +410,14 @@ std::vector<float> GpuNetwork::logits(const void* images, InputType type, int64_
     std::memcpy(staging_f32_.get(), host_x.data(), host_x.size() * sizeof(float));
   } else if (type == InputType::U8) {
     CUDA_CHECK(cudaMemcpyAsync(L.in_u8.get(), images, size_t(n) * in_bytes, cudaMemcpyHostToDevice, st));
-    u8_to_f32(L.in_u8.get(), L.a.get(), size_t(n * in_elems), st);
+    if (!plan.u8_first) u8_to_f32(L.in_u8.get(), L.a.get(), size_t(n * in_elems), st);
   } else {
     CUDA_CHECK(cudaMemcpyAsync(L.a.get(), images, size_t(n) * in_bytes, cudaMemcpyHostToDevice, st));
   }
   std::vector<double> unused(conv_count_, 0.0);
-  const float* last = run_lane(L, n, plan, Timing::None, unused, nullptr, plan.host_input ? staging_f32_.get() : nullptr);
+  const uint8_t* x_u8 = type == InputType::U8 && !plan.host_input && plan.u8_first ? L.in_u8.get() : nullptr;
+  const float* last =
+      run_lane(L, n, plan, Timing::None, unused, nullptr, plan.host_input ? staging_f32_.get() : nullptr, x_u8);
   std::vector<float> out(size_t(n * plan.classes));
   CUDA_CHECK(cudaMemcpyAsync(out.data(), last, out.size() * sizeof(float), cudaMemcpyDeviceToHost, st));
   CUDA_CHECK(cudaStreamSynchronize(st));

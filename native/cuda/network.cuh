@@ -12,6 +12,9 @@
 //     images copied from pinned memory while another part computes. No device-wide synchronisation then
 //     (it would serialise the streams): each conv's op time is the sum over parts of CUDA-event time around
 //     that part's conv launch, which may include time shared with the other streams' work.
+//   - uint8 images: when the first layer's variant reads uint8 itself (launch_u8), it gets the raw images;
+//     otherwise one kernel widens them to float32 first.
+//   - The fully connected layers run in FP32 (cublasSgemm) unless set_fc_math(FcMath::TF32) (see layers.cuh).
 //   - Out of device memory: when the buffers for a pass (or anything a variant allocates) do not fit, the
 //     activation buffers are freed and the pass retried on half as many images, down to one image; the
 //     result says how many passes ran. Only then does the failure reach the caller (CudaError), and the
@@ -69,6 +72,8 @@ class GpuNetwork {
   // that checks every layer kernel against the numpy reference through small networks.
   std::vector<float> logits(const void* images, InputType type, int64_t n, const std::vector<std::string>& impls);
 
+  void set_fc_math(FcMath m) { fc_math_ = m; }
+  FcMath fc_math() const { return fc_math_; }
   size_t conv_count() const { return conv_count_; }
   int64_t classes() const { return layers_.back().out_c; }
   size_t peak_bytes() const { return peak_bytes_; }
@@ -96,6 +101,7 @@ class GpuNetwork {
   struct Plan {
     std::vector<Step> steps;
     bool host_input = false;  // the first conv's variant reads x from pinned host memory
+    bool u8_first = false;    // the first layer is a conv whose variant can read the uint8 images itself
     int64_t classes = 0;
   };
   // One stream with its own cuBLAS handle and buffers (ping-pong activations, the uint8 input, the labels).
@@ -115,10 +121,12 @@ class GpuNetwork {
   void size_lane(Lane& L, int64_t rows, bool u8_input);
   void release_activations() noexcept;
   void note_peak(size_t extra = 0);
-  // Queues every step for `rows` images whose float input is in L.a (or host_x for a host-input variant);
-  // the labels end in L.labels and the returned pointer holds the last activations. events: 2 per conv (start, stop) when timing == Events.
+  // Queues every step for `rows` images whose float input is in L.a (or host_x for a host-input variant, or
+  // x_u8 -- raw uint8 images on the device -- when plan.u8_first and the caller skipped the widening); the labels
+  // end in L.labels and the returned pointer holds the last activations. events: 2 per conv (start, stop) when
+  // timing == Events.
   const float* run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing, std::vector<double>& op_seconds,
-                std::vector<Event>* events, const float* host_x);
+                        std::vector<Event>* events, const float* host_x, const uint8_t* x_u8);
   void run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks, int streams,
                 int32_t* labels_out, std::vector<double>& op_seconds);
 
@@ -132,6 +140,7 @@ class GpuNetwork {
   PinnedBuffer<float> staging_f32_;  // the pass's images as float, for a host-input variant
   PinnedBuffer<int32_t> labels_host_;
   size_t peak_bytes_ = 0;
+  FcMath fc_math_ = FcMath::FP32;
 };
 
 }  // namespace pyconv
