@@ -168,15 +168,18 @@ def check_output(y: np.ndarray, x: np.ndarray, k: np.ndarray, pooled: bool, rtol
 
 
 def git_commit() -> str:
-    """HEAD's hash, with '-dirty' when tracked files differ from it; outside a git checkout (a copy of the tree on
-    another machine) $PYCONV_COMMIT as given by whoever made the copy, else 'unknown'."""
+    """$PYCONV_COMMIT when set (a copy of the tree on another machine: whoever made the copy knows its commit
+    better than a stale .git beside it), else HEAD's hash with '-dirty' when tracked files differ from it, else
+    'unknown'."""
+    if os.environ.get("PYCONV_COMMIT"):
+        return os.environ["PYCONV_COMMIT"]
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=paths.ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=paths.ROOT,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("PYCONV_COMMIT", "unknown")
+        return "unknown"
     return head + ("-dirty" if dirty else "")
 
 

@@ -141,7 +141,14 @@ FINAL_TABLE: dict[tuple[int, int, int, int, int, bool], str] = {
     (1, 28, 28, 50, 5, True): "gpu-fused-tanh-pool",  # fa17: 0.601 ms with tanh+pool (step 6 + tanh+pool 1.84)
     (6, 22, 22, 16, 5, False): "gpu-tensor-core-tf32",  # sp19 conv2: 0.294 ms (step 6 0.593, cuDNN 1.03)
     (6, 30, 30, 16, 5, False): "gpu-tensor-core-tf32",  # sp18 conv2
-    (12, 33, 33, 24, 7, False): "gpu-tensor-core-tf32",  # fa18 conv2
+    (12, 33, 33, 24, 7, False): "gpu-specialised",  # fa18 conv2: 6.41 ms (step 13 8.41: one block per SM)
+}
+# Variants the final milestone never picks, with the measurement that excluded them. Reduced precision is used
+# only where the end-to-end Correctness stays the same, and `invoke bench --end-to-end` counts the labels that
+# differ from PyTorch's float32 network for every model it runs.
+FINAL_EXCLUDED: dict[str, str] = {
+    "gpu-tensor-core-fused": "TF32 conv1 changed one fa17 label (ece408-high: 1 of 10000 images differs from PyTorch's "
+                             "float32 prediction, Correctness 0.8973 -> 0.8974; H200, 2026-11-23)",
 }
 # Tried in order when the table's choice (or the rule for other layers) does not support a shape.
 FALLBACKS = ("gpu-specialised", "gpu-register-tiled", "gpu-autotuned", "gpu-channel-parallel", "gpu-baseline")
@@ -151,7 +158,8 @@ def bench_winners(gpu_name: str, results: Path = RESULTS) -> dict[tuple[int, int
     """From the newest `invoke bench` JSON measured on this GPU: per layer shape, the fastest variant whose
     correctness check passed. A layer that tanh + maxpool 2/2 follow is compared as conv+tanh+pool (the fused
     variant alone against each other variant plus the separate tanh and pool kernels); variants that read their
-    input from host memory are left out (the network keeps activations on the device)."""
+    input from host memory are left out (the network keeps activations on the device), and so are the
+    FINAL_EXCLUDED ones."""
     files = []
     for p in results.glob("bench-*.json"):
         try:
@@ -168,7 +176,7 @@ def bench_winners(gpu_name: str, results: Path = RESULTS) -> dict[tuple[int, int
         fused = bool(layer.get("tanh_pool_follows"))
         best, best_ms = None, float("inf")
         for v in layer.get("variants", []):
-            if not v.get("check", {}).get("passed") or v.get("x_on_host"):
+            if not v.get("check", {}).get("passed") or v.get("x_on_host") or v["variant"] in FINAL_EXCLUDED:
                 continue
             pools = v.get("epilogue") == "tanh-maxpool2"
             if pools and not fused:

@@ -468,3 +468,32 @@ def test_gpu_layer_bookkeeping_with_a_stand_in(tmp_path, rng, monkeypatch):
     assert conv1["cudnn"] == {"error": "PyTorch with CUDA is not installed: no cuDNN column"}
     assert "Stand-in GPU" in lines[-1] and "fake-fused (conv+tanh+pool)" in lines[-1]
     assert all(g["met"] is None for g in result["goals"])  # no course layer at batch 10000 here
+
+
+def test_final_takes_the_fastest_passing_variant_of_the_newest_bench_of_this_gpu(tmp_path):
+    from pyconv import tuning
+
+    def row(name, ms, passed=True, tanh_pool_ms=None, epilogue="none", x_on_host=False):
+        r = {"variant": name, "epilogue": epilogue, "x_on_host": x_on_host, "check": {"passed": passed},
+             "ms": {"median": ms}}
+        if tanh_pool_ms is not None:
+            r["tanh_pool_ms"] = {"median": tanh_pool_ms}
+        return r
+
+    conv1 = {"C": 1, "H": 48, "W": 48, "M": 6, "K": 5, "tanh_pool_follows": True,
+             "variants": [row("gpu-specialised", 0.3, tanh_pool_ms=0.8),
+                          row("gpu-fused-tanh-pool", 0.25, epilogue="tanh-maxpool2"),
+                          row("gpu-tensor-core-fused", 0.1, epilogue="tanh-maxpool2"),  # excluded: labels moved
+                          row("gpu-streams", 0.01, tanh_pool_ms=0.02, x_on_host=True)]}
+    conv2 = {"C": 6, "H": 22, "W": 22, "M": 16, "K": 5, "tanh_pool_follows": False,
+             "variants": [row("gpu-specialised", 0.6), row("gpu-tensor-core-tf32", 0.3),
+                          row("gpu-wrong", 0.1, passed=False)]}
+    old = {"gpu": {"name": "G"}, "date": "2000-01-01", "layers": [dict(conv2, variants=[row("gpu-baseline", 9.0)])]}
+    new = {"gpu": {"name": "G"}, "date": "2000-01-02", "layers": [conv1, conv2]}
+    other_gpu = {"gpu": {"name": "H"}, "date": "2000-01-03", "layers": [dict(conv2, variants=[row("gpu-x", 0.1)])]}
+    for i, doc in enumerate((old, new, other_gpu)):
+        (tmp_path / f"bench-{i}.json").write_text(json.dumps(doc))
+    assert "gpu-tensor-core-fused" in tuning.FINAL_EXCLUDED
+    assert tuning.bench_winners("G", tmp_path) == {(1, 48, 48, 6, 5, True): "gpu-fused-tanh-pool",
+                                                   (6, 22, 22, 16, 5, False): "gpu-tensor-core-tf32"}
+    assert tuning.bench_winners("nobody", tmp_path) == {}

@@ -37,6 +37,10 @@ const std::vector<GpuConvVariant>& gpu_conv_variants() {
       // One TF32 rounding per operand (relative 2^-11): held to 2e-3 instead of the default 1e-4.
       {"gpu-tensor-core-tf32", 13, "one TF32 tensor-core pass, whole images in shared memory, next image prefetched",
        conv_fwd_gpu_tensor_core_tf32, conv_supports_gpu_tensor_core_tf32, Epilogue::None, false, 2e-3},
+      // The weights (and float inputs) rounded to TF32 once: held to 2e-3 like step 13.
+      {"gpu-tensor-core-fused", 14, "conv + tanh + 2x2 max pool on TF32 tensor cores: pixels x channels, pool in the fragments",
+       conv_fwd_gpu_tensor_core_fused, conv_supports_gpu_tensor_core_fused, Epilogue::TanhMaxPool2, false, 2e-3,
+       conv_fwd_gpu_tensor_core_fused_u8},
   };
   return v;
 }

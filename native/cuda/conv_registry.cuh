@@ -79,5 +79,9 @@ void conv_fwd_gpu_constant_operand(const float* x, const float* k, float* y, con
 std::string conv_supports_gpu_constant_operand(const ConvShape& s);
 void conv_fwd_gpu_tensor_core_tf32(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
 std::string conv_supports_gpu_tensor_core_tf32(const ConvShape& s);
+void conv_fwd_gpu_tensor_core_fused(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+void conv_fwd_gpu_tensor_core_fused_u8(const uint8_t* x, const float* k, float* y, const ConvShape& s,
+                                       cudaStream_t st);
+std::string conv_supports_gpu_tensor_core_fused(const ConvShape& s);
 
 }  // namespace pyconv

@@ -76,7 +76,6 @@ GpuNetwork::GpuNetwork(std::vector<LayerDesc> descs, int64_t C, int64_t H, int64
     if ((d.type == "conv" || d.type == "fc") && int64_t(d.weight.size()) != shape_elems(d.weight_shape))
       throw std::invalid_argument(where(i, d) + ": weight data does not match its shape");
     L.out_c = c; L.out_h = h; L.out_w = w;
-    max_elems_ = std::max({max_elems_, L.in_elems(), L.out_elems()});
     layers.push_back(std::move(L));
   }
   if (!flat || h != 1 || w != 1) throw std::invalid_argument("network: must end in a flat class vector");
@@ -114,6 +113,7 @@ GpuNetwork::Plan GpuNetwork::make_plan(const std::vector<std::string>& impls) co
     throw std::invalid_argument("network: " + std::to_string(conv_count_) + " conv layers but " +
                                 std::to_string(impls.size()) + " implementations given");
   Plan plan;
+  plan.max_elems = layers_.front().in_elems();  // the float32 input (when it is widened on the device)
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& L = layers_[i];
     Step st{&L};
@@ -147,6 +147,9 @@ GpuNetwork::Plan GpuNetwork::make_plan(const std::vector<std::string>& impls) co
       // the only thing that leaves the device.
       continue;
     }
+    // layers_[i] is the last layer this step covers: what it stores is that layer's output (a fused conv's
+    // un-pooled output never is).
+    plan.max_elems = std::max(plan.max_elems, layers_[i].out_elems());
     plan.steps.push_back(st);
   }
   plan.classes = layers_.back().out_c;
@@ -157,9 +160,9 @@ void GpuNetwork::ensure_lanes(size_t n) {
   while (lanes_.size() < n) lanes_.push_back(std::make_unique<Lane>());
 }
 
-void GpuNetwork::size_lane(Lane& L, int64_t rows, bool u8_input) {
-  L.a.resize(size_t(rows * max_elems_));
-  L.b.resize(size_t(rows * max_elems_));
+void GpuNetwork::size_lane(Lane& L, int64_t rows, bool u8_input, int64_t max_elems) {
+  L.a.resize(size_t(rows * max_elems));
+  L.b.resize(size_t(rows * max_elems));
   L.labels.resize(size_t(rows));
   if (u8_input) L.in_u8.resize(size_t(rows * C_ * H_ * W_));
 }
@@ -257,7 +260,7 @@ void GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
   const bool u8_direct = u8_on_device && plan.u8_first;
 
   ensure_lanes(nlanes);
-  for (size_t l = 0; l < nlanes; ++l) size_lane(*lanes_[l], chunk_rows, u8_on_device);
+  for (size_t l = 0; l < nlanes; ++l) size_lane(*lanes_[l], chunk_rows, u8_on_device, plan.max_elems);
   note_peak();
 
   // Host side of the pass: a host-input variant needs float32 pinned images; chunked copies need pinned memory to
@@ -363,7 +366,7 @@ std::vector<float> GpuNetwork::forward_resident(const void* images, InputType ty
   const size_t in_bytes = size_t(in_elems) * (type == InputType::U8 ? 1 : sizeof(float));
   ensure_lanes(1);
   Lane& L = *lanes_[0];
-  size_lane(L, n, false);
+  size_lane(L, n, false, plan.max_elems);
   DeviceBuffer<uint8_t> resident(size_t(n) * in_bytes);
   note_peak(resident.bytes());
   const cudaStream_t st = L.stream.get();
@@ -395,7 +398,7 @@ std::vector<float> GpuNetwork::logits(const void* images, InputType type, int64_
   const size_t in_bytes = size_t(in_elems) * (type == InputType::U8 ? 1 : sizeof(float));
   ensure_lanes(1);
   Lane& L = *lanes_[0];
-  size_lane(L, n, type == InputType::U8);
+  size_lane(L, n, type == InputType::U8, plan.max_elems);
   note_peak();
   const cudaStream_t st = L.stream.get();
   std::vector<float> host_x;

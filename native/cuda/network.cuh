@@ -102,6 +102,8 @@ class GpuNetwork {
     std::vector<Step> steps;
     bool host_input = false;  // the first conv's variant reads x from pinned host memory
     bool u8_first = false;    // the first layer is a conv whose variant can read the uint8 images itself
+    int64_t max_elems = 0;    // largest activation of one image that this plan stores (a fused conv's un-pooled
+                              // output is not one: for sp19 5184 floats instead of 11616)
     int64_t classes = 0;
   };
   // One stream with its own cuBLAS handle and buffers (ping-pong activations, the uint8 input, the labels).
@@ -118,7 +120,8 @@ class GpuNetwork {
 
   Plan make_plan(const std::vector<std::string>& impls) const;
   void ensure_lanes(size_t n);
-  void size_lane(Lane& L, int64_t rows, bool u8_input);
+  // Buffers grow only: a and b hold rows * max_elems floats (the plan's largest stored activation per image).
+  void size_lane(Lane& L, int64_t rows, bool u8_input, int64_t max_elems);
   void release_activations() noexcept;
   void note_peak(size_t extra = 0);
   // Queues every step for `rows` images whose float input is in L.a (or host_x for a host-input variant, or
@@ -134,7 +137,6 @@ class GpuNetwork {
   int64_t C_, H_, W_;
   std::vector<Layer> layers_;
   size_t conv_count_ = 0;
-  int64_t max_elems_ = 0;  // largest activation of one image over all layers
   std::vector<std::unique_ptr<Lane>> lanes_;
   PinnedBuffer<uint8_t> staging_;    // the pass's images, for chunked copies
   PinnedBuffer<float> staging_f32_;  // the pass's images as float, for a host-input variant
