@@ -173,18 +173,24 @@ class MultiGpuEngine:
     GPU, run concurrently from host threads (the bindings release the GIL); labels gathered in batch order."""
 
     def __init__(self, model: Model, gpus: int, fc_math: str = "fp32"):
-        self.model = model
-        self.engines = [GpuEngine(model, device=d, fc_math=fc_math) for d in range(gpus)]
-
-    def forward(self, x: np.ndarray, impls: list[str], chunks: int = 1, streams: int = 2) -> GpuResult:
         from concurrent.futures import ThreadPoolExecutor
 
+        self.model = model
+        self.engines = [GpuEngine(model, device=d, fc_math=fc_math) for d in range(gpus)]
+        # One host thread per GPU, started once: a sp19 batch takes under a millisecond per GPU, about what
+        # starting and joining fresh threads costs.
+        self._pool = ThreadPoolExecutor(gpus) if gpus > 1 else None
+
+    def __del__(self):
+        if getattr(self, "_pool", None) is not None:
+            self._pool.shutdown(wait=True)
+
+    def forward(self, x: np.ndarray, impls: list[str], chunks: int = 1, streams: int = 2) -> GpuResult:
         parts = [p for p in np.array_split(x, len(self.engines)) if len(p)]
         if len(parts) == 1:
             return self.engines[0].forward(parts[0], impls, chunks, streams)
-        with ThreadPoolExecutor(len(parts)) as pool:
-            results = list(pool.map(lambda ep: ep[0].forward(ep[1], impls, chunks, streams),
-                                    zip(self.engines, parts)))
+        results = list(self._pool.map(lambda ep: ep[0].forward(ep[1], impls, chunks, streams),
+                                      zip(self.engines, parts)))
         # The GPUs run each layer at the same time: a layer's op time is the slowest GPU's.
         op_times = [max(ts) for ts in zip(*(r.op_times for r in results))]
         return GpuResult(labels=np.concatenate([r.labels for r in results]), op_times=op_times,
