@@ -16,7 +16,8 @@
 //   shared-offset table too (2 per k-step): the inner loop is 4 LDS (the im2col gather of a0..a3) + NG MMAs.
 // - A block stages IPB whole images (no halo logic) and its 4 warps walk their 16-pixel tiles.
 // Configurations (KSTEPS = ceil(C*K*K / 8), NG = ceil(M / 8)): (4, 1) sp19/sp18 conv1, (7, 2) fa18 conv1,
-// (4, 7) fa17; any other shape is refused (final then keeps step 10).
+// (4, 7) fa17 keep the weights in registers; any other depth reads them from shared memory (M <= 56, one image
+// up to 96 KB).
 // Predicted before measuring (H200, sp19 conv1, B=10000): ~0.1 ms, bound by the 16 shared loads per 4 MMAs
 // (21 M warp-wide loads, ~0.08 ms) with the 23 MB in and 116 MB out (~0.04 ms) overlapping.
 #include <cuda_runtime.h>
@@ -34,12 +35,14 @@ namespace pyconv {
 namespace {
 
 constexpr int WARPS = 4, THREADS = WARPS * 32;
-constexpr size_t kImageBytes = 40 * 1024;  // staged images per block (several blocks share an SM)
+constexpr size_t kImageBytes = 40 * 1024;   // staged images per block (several blocks share an SM)
+constexpr size_t kOneImageMax = 96 * 1024;  // one larger image is staged alone
+constexpr size_t kSmemLimit = 220 * 1024;   // opted in (sm_90 allows 227 KB)
 
 struct FusedTcParams {
   long long B;
   int C, H, W, M, K, Ho, Wo, Hp, Wp;
-  int ckk, img, ipb;
+  int ckk, ksteps, img, ipb;
 };
 
 __device__ __forceinline__ uint32_t to_tf32(float v) {
@@ -67,36 +70,55 @@ __device__ __forceinline__ uint32_t operand(float v) {
     return to_tf32(v);
 }
 
+// Offset of tap `tap` (c, p, q) inside one staged image, 0 for the padded taps past C*K*K (their weight is 0).
+__device__ __forceinline__ int tap_offset(int tap, const FusedTcParams& p) {
+  if (tap >= p.ckk) return 0;
+  const int KK = p.K * p.K, c = tap / KK, pq = tap % KK;
+  return (c * p.H + pq / p.K) * p.W + pq % p.K;
+}
+
+// Weight of tap `tap` for output channel m, rounded to TF32; 0 past C*K*K and M.
+__device__ __forceinline__ uint32_t weight(const float* __restrict__ k, int m, int tap, const FusedTcParams& p) {
+  return to_tf32(tap < p.ckk && m < p.M ? __ldg(&k[size_t(m) * p.ckk + tap]) : 0.0f);
+}
+
+// KSTEPS > 0: the course's layers, depth known at compile time, weights and tap offsets in registers.
+// KSTEPS == 0: any depth (p.ksteps), weights and offsets in shared memory (one LDS.64 more per MMA).
 // __maxnreg__: left to itself, ptxas capped the uint8 instances at 128 (NG = 7) and 80 (NG = 2) registers and
 // spilled the weight fragments; the float instances took 149 and 96.
 template <int KSTEPS, int NG, typename TIn>
 __global__ void __launch_bounds__(THREADS) __maxnreg__(NG > 2 ? 168 : 104)
     conv_tanh_pool_tc_kernel(const TIn* __restrict__ x, const float* __restrict__ k, float* __restrict__ y,
                              const FusedTcParams p) {
-  extern __shared__ float s_x[];  // [ipb][C][H][W] as float
+  constexpr bool REG = KSTEPS > 0;
+  constexpr int KR = REG ? KSTEPS : 1;
+  extern __shared__ float4 smem4[];
+  // Generic path: [ksteps][NG][32 lanes] B fragments, [ksteps][4 t] tap offsets (t, t+4), then the images.
+  uint2* s_b = reinterpret_cast<uint2*>(smem4);
+  int2* s_k = reinterpret_cast<int2*>(s_b + (REG ? 0 : p.ksteps * NG * 32));
+  float* s_x = reinterpret_cast<float*>(s_k + (REG ? 0 : p.ksteps * 4));  // [ipb][C][H][W] as float
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
-  const int KK = p.K * p.K;
 
-  // B fragments: weight of tap ks*8+t (+4) for output channel 8*ng + g, rounded to TF32; zero past ckk and M.
-  uint32_t bw[KSTEPS][NG][2];
-  int kofs[KSTEPS][2];  // tap -> offset of the window's input inside one staged image (0 for padded taps)
+  // B fragments: weight of tap ks*8+t (+4) for output channel 8*ng + g; A offsets of the same taps.
+  uint32_t bw[KR][NG][2];
+  int kofs[KR][2];
+  if constexpr (REG) {
 #pragma unroll
-  for (int ks = 0; ks < KSTEPS; ++ks)
+    for (int ks = 0; ks < KSTEPS; ++ks)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int tap = ks * 8 + t + 4 * h;
-      int off = 0;
-      if (tap < p.ckk) {
-        const int c = tap / KK, pq = tap % KK;
-        off = (c * p.H + pq / p.K) * p.W + pq % p.K;
+      for (int h = 0; h < 2; ++h) {
+        kofs[ks][h] = tap_offset(ks * 8 + t + 4 * h, p);
+#pragma unroll
+        for (int ng = 0; ng < NG; ++ng) bw[ks][ng][h] = weight(k, ng * 8 + g, ks * 8 + t + 4 * h, p);
       }
-      kofs[ks][h] = off;
-#pragma unroll
-      for (int ng = 0; ng < NG; ++ng) {
-        const int m = ng * 8 + g;
-        bw[ks][ng][h] = to_tf32(tap < p.ckk && m < p.M ? __ldg(&k[size_t(m) * p.ckk + tap]) : 0.0f);
-      }
+  } else {
+    for (int i = tid; i < p.ksteps * NG * 32; i += THREADS) {
+      const int l = i % 32, ng = (i / 32) % NG, ks = i / (32 * NG), m = ng * 8 + (l >> 2), tap = ks * 8 + (l & 3);
+      s_b[i] = make_uint2(weight(k, m, tap, p), weight(k, m, tap + 4, p));
     }
+    for (int i = tid; i < p.ksteps * 4; i += THREADS)
+      s_k[i] = make_int2(tap_offset(i / 4 * 8 + i % 4, p), tap_offset(i / 4 * 8 + i % 4 + 4, p));
+  }
 
   const int plane = p.Hp * p.Wp;  // one pooled output channel of one image
   for (long long b0 = (long long)blockIdx.x * p.ipb; b0 < p.B; b0 += (long long)gridDim.x * p.ipb) {
@@ -131,14 +153,29 @@ __global__ void __launch_bounds__(THREADS) __maxnreg__(NG > 2 ? 168 : 104)
         float acc[NG][4];
 #pragma unroll
         for (int ng = 0; ng < NG; ++ng) acc[ng][0] = acc[ng][1] = acc[ng][2] = acc[ng][3] = 0.0f;
+        if constexpr (REG) {
 #pragma unroll
-        for (int ks = 0; ks < KSTEPS; ++ks) {
-          const float* lo = src + kofs[ks][0];
-          const float* hi = src + kofs[ks][1];
-          const uint32_t a0 = operand<TIn>(lo[0]), a1 = operand<TIn>(lo[p.W]);
-          const uint32_t a2 = operand<TIn>(hi[0]), a3 = operand<TIn>(hi[p.W]);
+          for (int ks = 0; ks < KSTEPS; ++ks) {
+            const float* lo = src + kofs[ks][0];
+            const float* hi = src + kofs[ks][1];
+            const uint32_t a0 = operand<TIn>(lo[0]), a1 = operand<TIn>(lo[p.W]);
+            const uint32_t a2 = operand<TIn>(hi[0]), a3 = operand<TIn>(hi[p.W]);
 #pragma unroll
-          for (int ng = 0; ng < NG; ++ng) mma_tf32(acc[ng], a0, a1, a2, a3, bw[ks][ng][0], bw[ks][ng][1]);
+            for (int ng = 0; ng < NG; ++ng) mma_tf32(acc[ng], a0, a1, a2, a3, bw[ks][ng][0], bw[ks][ng][1]);
+          }
+        } else {
+          for (int ks = 0; ks < p.ksteps; ++ks) {
+            const int2 ko = s_k[ks * 4 + t];
+            const float* lo = src + ko.x;
+            const float* hi = src + ko.y;
+            const uint32_t a0 = operand<TIn>(lo[0]), a1 = operand<TIn>(lo[p.W]);
+            const uint32_t a2 = operand<TIn>(hi[0]), a3 = operand<TIn>(hi[p.W]);
+#pragma unroll
+            for (int ng = 0; ng < NG; ++ng) {
+              const uint2 b = s_b[(ks * NG + ng) * 32 + lane];
+              mma_tf32(acc[ng], a0, a1, a2, a3, b.x, b.y);
+            }
+          }
         }
         // Vertical max in-register (rows 2i, 2i+1), horizontal max with the next column's lane (g ^ 1 = lane ^ 4);
         // then the even-g lane stores channel 2t and the odd-g lane channel 2t+1 of pooled column (c0 + g) / 2.
@@ -159,29 +196,51 @@ __global__ void __launch_bounds__(THREADS) __maxnreg__(NG > 2 ? 168 : 104)
 template <typename TIn>
 using FusedTcKernel = void (*)(const TIn*, const float*, float*, const FusedTcParams);
 
+// The course's first layers get the register kernels: (4, 1) sp19/sp18 conv1 (C*K*K = 25, M = 6), (7, 2) fa18
+// conv1 (49, 12), (4, 7) fa17 (25, 50); every other depth the shared-memory one with 1, 2, 4 or 7 channel groups.
 template <typename TIn>
 FusedTcKernel<TIn> pick(int ksteps, int ng) {
   if (ksteps == 4 && ng == 1) return conv_tanh_pool_tc_kernel<4, 1, TIn>;
   if (ksteps == 7 && ng == 2) return conv_tanh_pool_tc_kernel<7, 2, TIn>;
   if (ksteps == 4 && ng == 7) return conv_tanh_pool_tc_kernel<4, 7, TIn>;
-  return nullptr;
+  if (ng == 1) return conv_tanh_pool_tc_kernel<0, 1, TIn>;
+  if (ng == 2) return conv_tanh_pool_tc_kernel<0, 2, TIn>;
+  if (ng <= 4) return conv_tanh_pool_tc_kernel<0, 4, TIn>;
+  return conv_tanh_pool_tc_kernel<0, 7, TIn>;
+}
+
+bool registers_hold_weights(int ksteps, int ng) {
+  return (ksteps == 4 && (ng == 1 || ng == 7)) || (ksteps == 7 && ng == 2);
+}
+
+// Channel groups the kernel for `ng` groups computes (the generic kernels round up).
+int groups_of(int ksteps, int ng) { return registers_hold_weights(ksteps, ng) || ng <= 2 ? ng : (ng <= 4 ? 4 : 7); }
+
+size_t smem_bytes(const FusedTcParams& p) {
+  const int ng = (p.M + 7) / 8;
+  const size_t weights = registers_hold_weights(p.ksteps, ng)
+                             ? 0
+                             : size_t(p.ksteps) * groups_of(p.ksteps, ng) * 32 * 8 + size_t(p.ksteps) * 4 * 8;
+  return weights + size_t(p.ipb) * p.img * sizeof(float);
 }
 
 std::string plan(const ConvShape& s, FusedTcParams& p) {
   const int64_t ckk = s.C * s.K * s.K, img = s.C * s.H * s.W;
-  const int ksteps = int((ckk + 7) / 8), ng = int((s.M + 7) / 8);
-  if (!pick<float>(ksteps, ng))
-    return "gpu-tensor-core-fused: compiled for C*K*K <= 32 with M <= 8 or M <= 56, and C*K*K <= 56 with "
-           "M <= 16 (the course's first layers); this layer has C*K*K = " + std::to_string(ckk) + ", M = " +
+  if (s.M > 56)
+    return "gpu-tensor-core-fused: at most 56 output channels (7 groups of 8), this layer has " +
            std::to_string(s.M);
-  if (size_t(img) * 4 > kImageBytes)
+  if (size_t(img) * 4 > kOneImageMax || ckk > (int64_t(1) << 16))
     return "gpu-tensor-core-fused: one " + std::to_string(s.C) + "x" + std::to_string(s.H) + "x" +
-           std::to_string(s.W) + " image does not fit the " + std::to_string(kImageBytes / 1024) +
+           std::to_string(s.W) + " image does not fit the " + std::to_string(kOneImageMax / 1024) +
            " KB of shared memory a block stages";
   p.B = s.B; p.C = int(s.C); p.H = int(s.H); p.W = int(s.W); p.M = int(s.M); p.K = int(s.K);
   p.Ho = int(s.Ho()); p.Wo = int(s.Wo()); p.Hp = p.Ho / 2; p.Wp = p.Wo / 2;
-  p.ckk = int(ckk); p.img = int(img);
+  p.ckk = int(ckk); p.ksteps = int((ckk + 7) / 8); p.img = int(img);
   p.ipb = int(std::max<int64_t>(1, std::min<int64_t>(s.B, int64_t(kImageBytes) / (img * 4))));
+  if (smem_bytes(p) > kSmemLimit)
+    return "gpu-tensor-core-fused: the weights of C*K*K = " + std::to_string(ckk) + " taps for " +
+           std::to_string(s.M) + " channels and one image need " + std::to_string(smem_bytes(p) / 1024) +
+           " KB of shared memory (limit " + std::to_string(kSmemLimit / 1024) + " KB)";
   return "";
 }
 
@@ -191,8 +250,8 @@ void launch(const TIn* x, const float* k, float* y, const ConvShape& s, cudaStre
   const std::string why = plan(s, p);
   if (!why.empty()) throw std::invalid_argument(why);
   if (s.B == 0 || p.Hp == 0 || p.Wp == 0) return;
-  const FusedTcKernel<TIn> kernel = pick<TIn>((p.ckk + 7) / 8, (p.M + 7) / 8);
-  const size_t smem = size_t(p.ipb) * p.img * sizeof(float);
+  const FusedTcKernel<TIn> kernel = pick<TIn>(p.ksteps, (p.M + 7) / 8);
+  const size_t smem = smem_bytes(p);
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   int dev = 0, sms = 0, per_sm = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
