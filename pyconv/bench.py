@@ -563,22 +563,15 @@ PIPELINE_CHUNKS = (1, 2, 4, 8, 16)
 PIPELINE_STREAMS = (2, 4)
 
 
-def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=None, gpus: int = 1) -> dict:
-    """The GPU engine (variants of the final milestone) and PyTorch + cuDNN on one model: resident, pinned,
-    pageable; Correctness; peak device memory."""
-    from . import data
-    from .gpu_engine import FINAL_CHUNKS, FINAL_FC_MATH, FINAL_STREAMS, GpuEngine, MultiGpuEngine, choose_impls
+def _measure_ours(model: Model, impls: list[str], fc_math: str, x: np.ndarray, xp: np.ndarray | None,
+                  labels: np.ndarray, warmup: int, reps: int, sweep: bool) -> tuple[dict, np.ndarray]:
+    """One configuration of the GPU engine: resident, pageable and (xp: the batch in pinned memory) pinned times,
+    Correctness, peak device memory, optionally the pipeline sweep; and its predicted labels."""
+    from .gpu_engine import FINAL_CHUNKS, FINAL_STREAMS, GpuEngine
     from .milestones import accuracy
-    from .model import load_model
 
-    model = load_model(model_name)
-    x, labels = data.load_test(model.input_size, batch)
-    x = np.ascontiguousarray(x)
     batch = len(x)
-    impls = choose_impls(model, "final", batch=batch)
-    entry: dict = {"model": model.name, "arch": model.arch, "batch": batch, "impls": impls, "fc_math": FINAL_FC_MATH,
-                   "input": "uint8 test images (as the milestones feed them)"}
-    engine = GpuEngine(model, fc_math=FINAL_FC_MATH)
+    engine = GpuEngine(model, fc_math=fc_math)
     net = engine.net
     ours: dict = {}
     try:
@@ -587,40 +580,83 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
         ours["resident_ms"] = {"error": str(e)}
     # From host memory the batch streams through in chunks on several streams, as the final milestone runs it.
     chunks = FINAL_CHUNKS if batch >= 4 * FINAL_CHUNKS else 1
-    entry["chunks"], entry["streams"] = chunks, FINAL_STREAMS
     times, r = _host_timed(lambda: net.forward(x, impls, chunks, FINAL_STREAMS), warmup, reps)
     ours["pageable_ms"] = _timing(times, batch)
     ours["correctness"] = accuracy(r["labels"], labels)
     ours["passes"] = int(r["passes"])
-    our_labels = r["labels"]
-    if torch is not None:
-        pinned = torch.from_numpy(x).pin_memory()
-        xp = pinned.numpy()  # the same bytes, in page-locked memory: the copy in is a direct DMA
+    predicted = np.asarray(r["labels"])
+    if xp is not None:
         times, r = _host_timed(lambda: net.forward(xp, impls, chunks, FINAL_STREAMS), warmup, reps)
         ours["pinned_ms"] = _timing(times, batch)
         ours["pinned_correctness"] = accuracy(r["labels"], labels)
         ours["peak_device_bytes"] = int(net.peak_bytes)  # before the sweep's other pipeline shapes grow buffers
-        # How the pipeline's shape matters: the pinned time for other chunk and stream counts (the final
-        # milestone's FINAL_CHUNKS and FINAL_STREAMS were chosen from this sweep).
-        sweep = []
-        for n_streams in PIPELINE_STREAMS:
-            for n_chunks in PIPELINE_CHUNKS:
-                if n_chunks <= batch:
-                    times, _ = _host_timed(lambda c=n_chunks, st=n_streams: net.forward(xp, impls, c, st), warmup,
-                                           reps)
-                    sweep.append({"chunks": n_chunks, "streams": n_streams, "pinned_ms": _timing(times, batch)})
-        ours["pipeline"] = sweep
+        if sweep:
+            # How the pipeline's shape matters: the pinned time for other chunk and stream counts (the final
+            # milestone's FINAL_CHUNKS and FINAL_STREAMS were chosen from this sweep).
+            rows = []
+            for n_streams in PIPELINE_STREAMS:
+                for n_chunks in PIPELINE_CHUNKS:
+                    if n_chunks <= batch:
+                        times, _ = _host_timed(lambda c=n_chunks, st=n_streams: net.forward(xp, impls, c, st),
+                                               warmup, reps)
+                        rows.append({"chunks": n_chunks, "streams": n_streams, "pinned_ms": _timing(times, batch)})
+            ours["pipeline"] = rows
     else:
         ours["pinned_ms"] = {"error": "needs PyTorch to allocate pinned host memory"}
     ours.setdefault("peak_device_bytes", int(net.peak_bytes))
+    del engine
+    return ours, predicted
+
+
+def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=None, gpus: int = 1) -> dict:
+    """The final milestone's configuration of the GPU engine and PyTorch + cuDNN on one model: resident, pinned,
+    pageable; Correctness; peak device memory; the labels that differ from PyTorch's float32 network.
+
+    The reduced-precision candidate (TF32 where it is fastest) is measured first; when a label differs from
+    PyTorch's, the float32 configuration is measured too and is what final runs ("pyconv"; the rejected candidate
+    stays in "pyconv_reduced"). The entry records the verdict for these weights (model_digest,
+    reduced_precision_ok), which final reads (pyconv.tuning.precision_verdict). Without PyTorch nothing can be
+    verified: the float32 configuration is measured and no verdict is recorded."""
+    from . import data
+    from .gpu_engine import FINAL_CHUNKS, FINAL_STREAMS, MultiGpuEngine, final_config
+    from .milestones import accuracy
+    from .model import load_model
+
+    model = load_model(model_name)
+    x, labels = data.load_test(model.input_size, batch)
+    x = np.ascontiguousarray(x)
+    batch = len(x)
+    entry: dict = {"model": model.name, "arch": model.arch, "batch": batch, "model_digest": model.digest(),
+                   "input": "uint8 test images (as the milestones feed them)",
+                   "chunks": FINAL_CHUNKS if batch >= 4 * FINAL_CHUNKS else 1, "streams": FINAL_STREAMS}
+    xp = torch.from_numpy(x).pin_memory().numpy() if torch is not None else None  # page-locked: a direct DMA
+    cfg = final_config(model, batch, exact=torch is None)
+    ours, predicted = _measure_ours(model, cfg.impls, cfg.fc_math, x, xp, labels, warmup, reps, sweep=True)
+    if torch is not None:
+        entry["pytorch"], torch_labels = _torch_end_to_end(torch, model, x, labels, warmup, reps)
+        torch.cuda.empty_cache()
+        ours["differ_vs_pytorch"] = int(np.count_nonzero(predicted != torch_labels))
+        entry["reduced_precision_ok"] = ours["differ_vs_pytorch"] == 0
+        if not entry["reduced_precision_ok"]:
+            entry["pyconv_reduced"] = dict(ours, impls=cfg.impls, fc_math=cfg.fc_math)
+            cfg = final_config(model, batch, exact=True)
+            ours, predicted = _measure_ours(model, cfg.impls, cfg.fc_math, x, xp, labels, warmup, reps, sweep=False)
+            ours["differ_vs_pytorch"] = int(np.count_nonzero(predicted != torch_labels))
+    else:
+        entry["pytorch"] = {"error": "PyTorch with CUDA is not installed: no baseline"}
+    entry["impls"], entry["fc_math"] = cfg.impls, cfg.fc_math
     entry["pyconv"] = ours
-    if gpus > 1 and torch is not None:
+    if "median" in entry["pytorch"].get("resident_ms", {}):
+        for mode in ("resident_ms", "pinned_ms", "pageable_ms"):
+            if "median" in entry["pytorch"].get(mode, {}) and "median" in ours.get(mode, {}):
+                entry.setdefault("x_pytorch", {})[mode] = entry["pytorch"][mode]["median"] / ours[mode]["median"]
+    if gpus > 1 and xp is not None:
         # Scaling: the same batch from pinned memory split over 1..gpus GPUs (one network and stream set each).
-        xp = torch.from_numpy(x).pin_memory().numpy()
         scaling = []
         for n in range(1, gpus + 1):
-            multi = MultiGpuEngine(model, n)
-            times, r = _host_timed(lambda m=multi: m.forward(xp, impls, chunks, FINAL_STREAMS), warmup, reps)
+            multi = MultiGpuEngine(model, n, cfg.fc_math)
+            times, r = _host_timed(lambda m=multi: m.forward(xp, cfg.impls, entry["chunks"], FINAL_STREAMS),
+                                   warmup, reps)
             scaling.append({"gpus": n, "pinned_ms": _timing(times, batch),
                             "correctness": accuracy(r.labels, labels)})
             del multi
@@ -628,19 +664,6 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
         for row in scaling:
             row["speedup"] = base / row["pinned_ms"]["median"]
         entry["multi_gpu"] = scaling
-    if torch is not None:
-        entry["pytorch"], torch_labels = _torch_end_to_end(torch, model, x, labels, warmup, reps)
-        torch.cuda.empty_cache()
-        # Where final computes in reduced precision (TF32 tensor cores), it must not change what the network
-        # predicts: the images whose label differs from PyTorch's float32 network (TF32 off).
-        ours["differ_vs_pytorch"] = int(np.count_nonzero(np.asarray(our_labels) != torch_labels))
-        pt, us = entry["pytorch"], ours
-        for mode in ("resident_ms", "pinned_ms", "pageable_ms"):
-            if "median" in pt.get(mode, {}) and "median" in us.get(mode, {}):
-                entry.setdefault("x_pytorch", {})[mode] = pt[mode]["median"] / us[mode]["median"]
-    else:
-        entry["pytorch"] = {"error": "PyTorch with CUDA is not installed: no baseline"}
-    del engine
     return entry
 
 

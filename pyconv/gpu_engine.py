@@ -107,12 +107,43 @@ class GpuResult:
     passes: int = 1
 
 
-# `final` multiplies the fully connected layers on the tensor cores in TF32 (float32 sums). Measured on an H200,
-# batch 10000: the sp19 FC1 (10000 x 5184 -> 140) 0.53 ms in FP32 -> 0.13 ms in TF32, and not one label changed
-# for the shipped models or the course checkpoint (`invoke bench --end-to-end` re-counts this on every run:
-# "differ vs FP32 FC"). Milestones 3 and 4 keep FP32, the course's arithmetic.
+# `final` may compute in TF32 on the tensor cores (float32 sums): the fully connected layers through cuBLAS
+# (measured on an H200, sp19 FC1 10000 x 5184 -> 140: 0.53 ms in FP32, 0.13 ms in TF32) and the conv layers
+# whose fastest variant rounds to TF32 (pyconv.tuning.reduced_precision). Reduced precision is used for a model
+# only where `invoke bench --end-to-end` on this GPU found that it changes no label against PyTorch's float32
+# network (pyconv.tuning.precision_verdict); otherwise, and for a model never benchmarked here, final runs in
+# float32. Milestones 3 and 4 always run in float32, the course's arithmetic.
 FINAL_FC_MATH = "tf32"
 FC_MATHS = ("fp32", "tf32")
+
+
+@dataclass
+class FinalConfig:
+    impls: list[str]
+    fc_math: str
+    why: str  # one line: which precision and on what evidence
+
+
+def final_config(model: Model, batch: int, exact: bool | None = None) -> FinalConfig:
+    """What the final milestone runs for `model`: exact=None decides from the recorded verdict on this GPU;
+    True / False force float32 / the reduced-precision candidate (the end-to-end bench measures both)."""
+    from . import _gpu, tuning
+
+    sites = conv_sites(model, batch)
+    tuning.load_cache(_gpu.device_info()["name"])
+    why = "forced"
+    if exact is None:
+        verdict = tuning.precision_verdict(model.digest(), _gpu.device_info()["name"])
+        if verdict is None:
+            exact, why = True, "float32: no end-to-end bench of these weights on this GPU has checked TF32"
+        elif verdict["reduced_precision_ok"]:
+            exact, why = False, f"TF32 allowed: no label differs from PyTorch's (bench of {verdict.get('date', '?')})"
+        else:
+            exact, why = True, "float32: TF32 changed labels in the end-to-end bench"
+    if exact:
+        return FinalConfig(tuning.choose_impls_final(sites, exact=True), "fp32", why)
+    impls = tuning.choose_impls_final(sites)
+    return FinalConfig(impls, FINAL_FC_MATH, why)
 
 
 class GpuEngine:
@@ -215,7 +246,10 @@ def run_gpu_milestone(m: str, model: Model, x_uint8: np.ndarray, labels: np.ndar
     if n_gpus > 1 and m != "final":
         raise PyconvError(f"--gpus {gpus}: only the final milestone runs on several GPUs")
     impls = choose_impls(model, m, impl, batch=len(x_uint8))
-    fc_math = FINAL_FC_MATH if m == "final" else "fp32"
+    fc_math = "fp32"
+    if m == "final" and impl is None:
+        cfg = final_config(model, len(x_uint8))
+        impls, fc_math = cfg.impls, cfg.fc_math
     engine = MultiGpuEngine(model, n_gpus, fc_math) if n_gpus > 1 else GpuEngine(model, fc_math=fc_math)
     chunks = FINAL_CHUNKS if m == "final" and len(x_uint8) >= 4 * FINAL_CHUNKS else 1
     print("New Inference", flush=True)

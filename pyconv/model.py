@@ -68,6 +68,18 @@ class Model:
     def input_size(self) -> int:
         return self.input_shape[1]
 
+    def digest(self) -> str:
+        """SHA-256 over the architecture and every weight: names these exact weights (a retrained model of the
+        same name gets another digest)."""
+        import hashlib
+
+        h = hashlib.sha256(repr((tuple(self.input_shape), [la.spec() for la in self.layers])).encode())
+        for la in self.layers:
+            for a in (la.weight, la.bias):
+                if a is not None:
+                    h.update(np.ascontiguousarray(a, dtype=np.float32).tobytes())
+        return h.hexdigest()
+
     def summary(self) -> str:
         parts = []
         for layer in self.layers:

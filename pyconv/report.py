@@ -239,14 +239,21 @@ def end_to_end_table(result: dict) -> Table:
             if "error" in e["pyconv"].get(mode, {}):
                 t.notes.append(f"{e['model']} pyconv {mode[:-3]}: {e['pyconv'][mode]['error']}")
         fc = f", FC {e['fc_math']}" if "fc_math" in e else ""
-        for who, d in (("pyconv " + ",".join(e["impls"]) + fc, e["pyconv"]), ("PyTorch", e.get("pytorch", {}))):
+        whos = [("pyconv " + ",".join(e["impls"]) + fc, e["pyconv"])]
+        if "pyconv_reduced" in e:
+            r = e["pyconv_reduced"]
+            whos.append((f"rejected: pyconv {','.join(r['impls'])}, FC {r['fc_math']}", r))
+            t.notes.append(f"{e['model']}: the TF32 configuration changed {r.get('differ_vs_pytorch')} label(s) "
+                           "against PyTorch's float32 network, so final runs in float32")
+        for who, d in (*whos, ("PyTorch", e.get("pytorch", {}))):
             if "error" in d:
                 t.rows.append([e["model"], str(e["batch"]), who, d["error"], "", "", "", "", "", "", ""])
                 continue
-            mine = who != "PyTorch"
+            mine = who.startswith("pyconv")
             t.rows.append([e["model"], str(e["batch"]), who, _ms(d.get("resident_ms")), _ms(d.get("pinned_ms")),
                            _ms(d.get("pageable_ms")), num(d.get("pinned_ms", {}).get("images_per_s")),
-                           num(e.get("x_pytorch", {}).get("pinned_ms"), 2) if mine else "1",
+                           num(e.get("x_pytorch", {}).get("pinned_ms"), 2) if mine else
+                           ("1" if who == "PyTorch" else "-"),
                            num(d.get("correctness"), 4), str(d.get("differ_vs_pytorch", "-")),
                            num(d.get("peak_device_bytes", 0) / 2**20)])
     return t

@@ -154,7 +154,34 @@ FINAL_EXCLUDED: dict[str, str] = {
 FALLBACKS = ("gpu-specialised", "gpu-register-tiled", "gpu-autotuned", "gpu-channel-parallel", "gpu-baseline")
 
 
-def bench_winners(gpu_name: str, results: Path = RESULTS) -> dict[tuple[int, int, int, int, int, bool], str]:
+def reduced_precision(variant_names: Iterable[str] | None = None) -> set[str]:
+    """The registry variants that round on purpose (a tolerance above the default 1e-4: TF32 tensor cores)."""
+    g = _gpu()
+    return {v["name"] for v in g.variants() if v["tolerance"] > 1e-4
+            and (variant_names is None or v["name"] in variant_names)}
+
+
+def precision_verdict(model_digest: str, gpu_name: str, results: Path | None = None) -> dict | None:
+    """The newest end-to-end bench entry (results/bench-e2e-*.json) for these exact weights on this GPU: it says
+    whether the reduced-precision configuration left every label equal to PyTorch's float32 network
+    ("reduced_precision_ok"). None when no run on this GPU covered the model."""
+    best = None
+    for p in (results or RESULTS).glob("bench-e2e-*.json"):
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if (doc.get("gpu") or {}).get("name") != gpu_name:
+            continue
+        for e in doc.get("end_to_end", []):
+            if e.get("model_digest") == model_digest and "reduced_precision_ok" in e:
+                if best is None or doc.get("date", "") > best[0]:
+                    best = (doc.get("date", ""), e)
+    return best[1] if best else None
+
+
+def bench_winners(gpu_name: str, results: Path = RESULTS, exclude: Iterable[str] = ()) -> dict[
+        tuple[int, int, int, int, int, bool], str]:
     """From the newest `invoke bench` JSON measured on this GPU: per layer shape, the fastest variant whose
     correctness check passed. A layer that tanh + maxpool 2/2 follow is compared as conv+tanh+pool (the fused
     variant alone against each other variant plus the separate tanh and pool kernels); variants that read their
@@ -176,7 +203,8 @@ def bench_winners(gpu_name: str, results: Path = RESULTS) -> dict[tuple[int, int
         fused = bool(layer.get("tanh_pool_follows"))
         best, best_ms = None, float("inf")
         for v in layer.get("variants", []):
-            if not v.get("check", {}).get("passed") or v.get("x_on_host") or v["variant"] in FINAL_EXCLUDED:
+            if (not v.get("check", {}).get("passed") or v.get("x_on_host") or v["variant"] in FINAL_EXCLUDED
+                    or v["variant"] in exclude):
                 continue
             pools = v.get("epilogue") == "tanh-maxpool2"
             if pools and not fused:
@@ -189,13 +217,15 @@ def bench_winners(gpu_name: str, results: Path = RESULTS) -> dict[tuple[int, int
     return winners
 
 
-def choose_impls_final(model_conv_shapes: Iterable[ConvSite | Sequence]) -> list[str]:
+def choose_impls_final(model_conv_shapes: Iterable[ConvSite | Sequence], exact: bool = False) -> list[str]:
     """The GPU variant for each conv layer: `model_conv_shapes` holds ConvSite or (B, C, H, W, M, K,
     tanh_pool_follows) per layer. A layer followed by tanh + maxpool 2/2 gets the fused variant; the others the
     autotuned tensor-core kernel; a variant that refuses the shape is replaced by the first FALLBACKS entry that
-    accepts it (asked through pyconv._gpu.why_unsupported), e.g. a fused layer whose output is under 2x2."""
+    accepts it (asked through pyconv._gpu.why_unsupported), e.g. a fused layer whose output is under 2x2.
+    exact: only variants that compute in float32 (no TF32 rounding)."""
     g = _gpu()
-    winners = bench_winners(g.device_info()["name"]) if g.available() else {}
+    rounding = reduced_precision() if exact else set()
+    winners = bench_winners(g.device_info()["name"], exclude=rounding) if g.available() else {}
     out = []
     for site in model_conv_shapes:
         s = site if isinstance(site, ConvSite) else ConvSite(*site)
@@ -203,6 +233,8 @@ def choose_impls_final(model_conv_shapes: Iterable[ConvSite | Sequence]) -> list
         fused = bool(s.tanh_pool_follows)
         key = (C, H, W, M, K, fused)
         first = winners.get(key) or FINAL_TABLE.get(key, "gpu-fused-tanh-pool" if fused else "gpu-specialised")
+        if first in rounding:
+            first = "gpu-fused-tanh-pool" if fused else "gpu-specialised"
         # A fallback for a fused layer does not pool: the engine reads each variant's epilogue
         # (pyconv._gpu.variants()) and applies tanh + pooling itself when the variant does not.
         candidates = [first, *FALLBACKS]

@@ -497,3 +497,30 @@ def test_final_takes_the_fastest_passing_variant_of_the_newest_bench_of_this_gpu
     assert tuning.bench_winners("G", tmp_path) == {(1, 48, 48, 6, 5, True): "gpu-fused-tanh-pool",
                                                    (6, 22, 22, 16, 5, False): "gpu-tensor-core-tf32"}
     assert tuning.bench_winners("nobody", tmp_path) == {}
+
+
+def test_final_uses_reduced_precision_only_where_a_bench_of_these_weights_on_this_gpu_allowed_it(tmp_path):
+    from pyconv import tuning
+
+    def e2e(date, gpu, digest, ok):
+        return {"gpu": {"name": gpu}, "date": date,
+                "end_to_end": [{"model": "m", "model_digest": digest, "reduced_precision_ok": ok, "date": date}]}
+
+    docs = [e2e("2000-01-01", "G", "d1", True), e2e("2000-01-03", "G", "d1", False),  # newest for d1 on G: no
+            e2e("2000-01-02", "G", "d2", True), e2e("2000-01-04", "H", "d2", False)]  # H's verdict is not G's
+    for i, doc in enumerate(docs):
+        (tmp_path / f"bench-e2e-{i}.json").write_text(json.dumps(doc))
+    (tmp_path / "bench-e2e-broken.json").write_text("{")
+    assert tuning.precision_verdict("d1", "G", tmp_path)["reduced_precision_ok"] is False
+    assert tuning.precision_verdict("d2", "G", tmp_path)["reduced_precision_ok"] is True
+    assert tuning.precision_verdict("d3", "G", tmp_path) is None  # never benchmarked: final stays float32
+
+
+def test_model_digest_names_the_exact_weights():
+    rng = np.random.default_rng(0)
+    a = random_model(rng)
+    b = random_model(np.random.default_rng(0))
+    assert a.digest() == b.digest() and len(a.digest()) == 64
+    b.layers[0].weight = b.layers[0].weight.copy()
+    b.layers[0].weight.flat[0] += 1e-6
+    assert a.digest() != b.digest()

@@ -454,3 +454,25 @@ def test_several_gpus_give_the_one_gpu_labels_in_order():
     assert len(multi.op_times) == 2 and all(t > 0 for t in multi.op_times)
     with pytest.raises(PyconvError, match="only .* GPU"):
         parse_gpus(n + 1)
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_final_runs_float32_unless_a_bench_of_these_weights_allowed_tf32(tmp_path, monkeypatch):
+    import json
+
+    from pyconv import tuning
+    from pyconv.gpu_engine import final_config
+
+    model = random_model(np.random.default_rng(SEED + 11))
+    monkeypatch.setattr(tuning, "RESULTS", tmp_path)  # no end-to-end bench of these weights anywhere
+    cfg = final_config(model, 100)
+    assert cfg.fc_math == "fp32" and not set(cfg.impls) & tuning.reduced_precision() and "float32" in cfg.why
+    verdict = {"gpu": {"name": gpu().device_info()["name"]}, "date": "2000-01-01",
+               "end_to_end": [{"model": model.name, "model_digest": model.digest(), "reduced_precision_ok": True}]}
+    (tmp_path / "bench-e2e-verdict.json").write_text(json.dumps(verdict))
+    cfg = final_config(model, 100)
+    assert cfg.fc_math == "tf32" and "TF32 allowed" in cfg.why
+    verdict["end_to_end"][0]["reduced_precision_ok"] = False
+    (tmp_path / "bench-e2e-verdict.json").write_text(json.dumps(verdict))
+    assert final_config(model, 100).fc_math == "fp32"

@@ -124,6 +124,17 @@ def test_end_to_end_tables_show_fc_math_and_the_pipeline_sweep():
     assert "final runs 4 chunks on 2 streams" in md
 
 
+def test_a_rejected_tf32_configuration_is_shown_beside_what_final_runs():
+    r = synthetic_result()
+    e = r["end_to_end"][0]
+    e["pyconv_reduced"] = dict(e["pyconv"], impls=["gpu-tensor-core-fused", "gpu-tensor-core-tf32"], fc_math="tf32",
+                               differ_vs_pytorch=1)
+    md = report.markdown_tables(r)
+    row = next(line for line in md.splitlines() if "| rejected: pyconv gpu-tensor-core-fused" in line)
+    assert "FC tf32" in row and "| 1 |" in row
+    assert "synthetic: the TF32 configuration changed 1 label(s)" in md
+
+
 def test_text_tables_are_aligned():
     text = report.text_tables(synthetic_result())
     block = text.split("\n\n")[1].splitlines()  # the first ladder table
