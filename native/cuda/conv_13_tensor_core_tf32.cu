@@ -21,6 +21,11 @@
 //   and WARPS are template parameters chosen per shape from Ho*Wo (<= 1024 output pixels per image).
 // Output channels beyond 16 run as more blocks in grid.y (each loads the image again: the course's layers with
 // M > 16 are small images).
+// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-23.json):
+// sp19 conv2 0.290 ms (step 6 0.598, cuDNN fp32 1.03; 82% of the roofline floor), sp18 conv2 0.647 (step 6 1.24),
+// fa17 0.709 (step 6 0.557: 50 channels = 4 m-blocks, each loading the image), fa18 conv2 8.42 (step 6 6.42:
+// two 12x33x33 images and 588-deep weights take 145 KB of shared memory, one block of 8 warps per SM).
+// In the whole sp19 network (final, TF32 FC): 0.65 ms resident instead of 0.96 ms with step 6 for conv2.
 // Predicted before measuring (H200, batch 10000): sp19 conv2 ~0.15 ms: 116 MB read + 207 MB written
 // (~0.09 ms at 3.5 TB/s), 7.8 M MMAs (~0.03 ms), ~0.06 ms of issue.
 #include <cuda_runtime.h>
