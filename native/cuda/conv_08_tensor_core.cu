@@ -28,6 +28,7 @@
 #include "cuda/conv_08_tensor_core.cuh"
 #include "cuda/conv_registry.cuh"
 #include "cuda/cuda_check.cuh"
+#include "cuda/mma_tf32.cuh"
 
 namespace pyconv {
 namespace {
@@ -44,28 +45,15 @@ struct TcParams {
   int w_floats;        // weight fragments of one chunk
 };
 
-__device__ __forceinline__ uint32_t to_tf32(float v) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-  return r;
-}
-
 __device__ __forceinline__ void split_tf32(float v, uint32_t& big, uint32_t& small) {
   big = to_tf32(v);
   small = to_tf32(v - __uint_as_float(big));
 }
 
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  pyconv::mma_tf32(d, a[0], a[1], a[2], a[3], b0, b1);
 }
 
-// Fragment layout of m16n8k8 (PTX ISA, "Matrix Fragments for mma.m16n8k8" with .tf32), lane = 4*g + t:
-//   A (16x8, row): a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)
-//   B (8x8, col):  b0 (k=t, n=g), b1 (k=t+4, n=g)
-//   D (16x8):      d0 (g, 2t), d1 (g, 2t+1), d2 (g+8, 2t), d3 (g+8, 2t+1)
 // __maxnreg__: left to itself ptxas caps the small configurations at 64 registers and spills a few bytes.
 template <int MT, int NT, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32) __maxnreg__(NT <= 5 ? 80 : 128)

@@ -37,6 +37,7 @@
 
 #include "cuda/conv_registry.cuh"
 #include "cuda/cuda_check.cuh"
+#include "cuda/mma_tf32.cuh"
 
 namespace pyconv {
 namespace {
@@ -53,21 +54,6 @@ struct Tf32Params {
   int img_pitch;   // img_floats rounded up to 4 (each buffer starts 16-byte aligned)
   bool vec4;       // img_floats % 4 == 0: images are copied in 16-byte pieces
 };
-
-__device__ __forceinline__ uint32_t to_tf32(float v) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-  return r;
-}
-
-// D += A B, m16n8k8, A 16x8 row-major TF32 (a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)), B 8x8 column-major
-// (b0 (k=t, n=g), b1 (k=t+4, n=g)), D 16x8 fp32 (d0 (g, 2t), d1 (g, 2t+1), d2 (g+8, 2t), d3 (g+8, 2t+1)); lane = 4g+t.
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-}
 
 // Queues the copy of one image into shared memory (cp.async: the copy proceeds while the block computes).
 template <int THREADS>
@@ -147,7 +133,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
       for (int i = 0; i < NT; ++i)
         if ((warp + i * WARPS) * 8 < p.P)  // warp-uniform: the n-tile holds at least one pixel
-          mma_tf32(acc[i], a, to_tf32(xs[k0 + pix[i]]), to_tf32(xs[k1 + pix[i]]));
+          mma_tf32(acc[i], a.x, a.y, a.z, a.w, to_tf32(xs[k0 + pix[i]]), to_tf32(xs[k1 + pix[i]]));
     }
 
     // Rows g and g+8 of the fragment are output channels, columns 2t and 2t+1 consecutive pixels of the image.
