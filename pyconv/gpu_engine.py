@@ -137,7 +137,7 @@ def final_config(model: Model, batch: int, exact: bool | None = None) -> FinalCo
         if verdict is None:
             exact, why = True, "float32: no end-to-end bench of these weights on this GPU has checked TF32"
         elif verdict["reduced_precision_ok"]:
-            exact, why = False, f"TF32 allowed: no label differs from PyTorch's (bench of {verdict.get('date', '?')})"
+            exact, why = False, f"TF32 allowed: no label differs from PyTorch's (bench of {verdict['bench_date']})"
         else:
             exact, why = True, "float32: TF32 changed labels in the end-to-end bench"
     if exact:

@@ -154,17 +154,16 @@ FINAL_EXCLUDED: dict[str, str] = {
 FALLBACKS = ("gpu-specialised", "gpu-register-tiled", "gpu-autotuned", "gpu-channel-parallel", "gpu-baseline")
 
 
-def reduced_precision(variant_names: Iterable[str] | None = None) -> set[str]:
+def reduced_precision() -> set[str]:
     """The registry variants that round on purpose (a tolerance above the default 1e-4: TF32 tensor cores)."""
-    g = _gpu()
-    return {v["name"] for v in g.variants() if v["tolerance"] > 1e-4
-            and (variant_names is None or v["name"] in variant_names)}
+    return {v["name"] for v in _gpu().variants() if v["tolerance"] > 1e-4}
 
 
 def precision_verdict(model_digest: str, gpu_name: str, results: Path | None = None) -> dict | None:
     """The newest end-to-end bench entry (results/bench-e2e-*.json) for these exact weights on this GPU: it says
     whether the reduced-precision configuration left every label equal to PyTorch's float32 network
-    ("reduced_precision_ok"). None when no run on this GPU covered the model."""
+    ("reduced_precision_ok"), with the bench's date added ("bench_date"). None when no run on this GPU covered
+    the model."""
     best = None
     for p in (results or RESULTS).glob("bench-e2e-*.json"):
         try:
@@ -177,7 +176,7 @@ def precision_verdict(model_digest: str, gpu_name: str, results: Path | None = N
             if e.get("model_digest") == model_digest and "reduced_precision_ok" in e:
                 if best is None or doc.get("date", "") > best[0]:
                     best = (doc.get("date", ""), e)
-    return best[1] if best else None
+    return dict(best[1], bench_date=best[0]) if best else None
 
 
 def bench_winners(gpu_name: str, results: Path = RESULTS, exclude: Iterable[str] = ()) -> dict[

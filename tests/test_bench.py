@@ -513,6 +513,7 @@ def test_final_uses_reduced_precision_only_where_a_bench_of_these_weights_on_thi
     (tmp_path / "bench-e2e-broken.json").write_text("{")
     assert tuning.precision_verdict("d1", "G", tmp_path)["reduced_precision_ok"] is False
     assert tuning.precision_verdict("d2", "G", tmp_path)["reduced_precision_ok"] is True
+    assert tuning.precision_verdict("d1", "G", tmp_path)["bench_date"] == "2000-01-03"
     assert tuning.precision_verdict("d3", "G", tmp_path) is None  # never benchmarked: final stays float32
 
 

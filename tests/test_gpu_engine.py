@@ -472,7 +472,7 @@ def test_final_runs_float32_unless_a_bench_of_these_weights_allowed_tf32(tmp_pat
                "end_to_end": [{"model": model.name, "model_digest": model.digest(), "reduced_precision_ok": True}]}
     (tmp_path / "bench-e2e-verdict.json").write_text(json.dumps(verdict))
     cfg = final_config(model, 100)
-    assert cfg.fc_math == "tf32" and "TF32 allowed" in cfg.why
+    assert cfg.fc_math == "tf32" and cfg.why.startswith("TF32 allowed") and "2000-01-01" in cfg.why
     verdict["end_to_end"][0]["reduced_precision_ok"] = False
     (tmp_path / "bench-e2e-verdict.json").write_text(json.dumps(verdict))
     assert final_config(model, 100).fc_math == "fp32"
