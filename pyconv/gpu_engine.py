@@ -83,8 +83,8 @@ def choose_impls(model: Model, milestone: str, impl: str | None = None, batch: i
     """One registry variant per conv layer.
 
     --impl given: that variant for every layer (a fused variant only where tanh + maxpool 2/2 follow; elsewhere
-    the milestone's non-fused choice). Otherwise m3: the baseline; m4: M4_IMPLS[0]; final: per-layer selection
-    from the tuning table (pyconv.tuning), with the autotuner's cache for this GPU applied first."""
+    the milestone's non-fused choice). Otherwise m3: the baseline; m4: M4_IMPLS[0]; final: what final_config
+    picks (per layer from this GPU's bench results, in float32 unless TF32 was verified for these weights)."""
     sites = conv_sites(model, batch)
     if impl is not None:
         check_impl(impl)
@@ -93,10 +93,7 @@ def choose_impls(model: Model, milestone: str, impl: str | None = None, batch: i
         return [BASELINE] * len(sites)
     if milestone == "4":
         return [_first_supported(s, [M4_IMPLS[0], BASELINE]) for s in sites]
-    from . import _gpu, tuning
-
-    tuning.load_cache(_gpu.device_info()["name"])
-    return tuning.choose_impls_final(sites)
+    return final_config(model, batch).impls
 
 
 @dataclass
@@ -130,10 +127,11 @@ def final_config(model: Model, batch: int, exact: bool | None = None) -> FinalCo
     from . import _gpu, tuning
 
     sites = conv_sites(model, batch)
-    tuning.load_cache(_gpu.device_info()["name"])
+    gpu_name = _gpu.device_info()["name"]
+    tuning.load_cache(gpu_name)
     why = "forced"
     if exact is None:
-        verdict = tuning.precision_verdict(model.digest(), _gpu.device_info()["name"])
+        verdict = tuning.precision_verdict(model.digest(), gpu_name)
         if verdict is None:
             exact, why = True, "float32: no end-to-end bench of these weights on this GPU has checked TF32"
         elif verdict["reduced_precision_ok"]:
@@ -245,11 +243,11 @@ def run_gpu_milestone(m: str, model: Model, x_uint8: np.ndarray, labels: np.ndar
     n_gpus = parse_gpus(gpus)
     if n_gpus > 1 and m != "final":
         raise PyconvError(f"--gpus {gpus}: only the final milestone runs on several GPUs")
-    impls = choose_impls(model, m, impl, batch=len(x_uint8))
-    fc_math = "fp32"
     if m == "final" and impl is None:
         cfg = final_config(model, len(x_uint8))
         impls, fc_math = cfg.impls, cfg.fc_math
+    else:
+        impls, fc_math = choose_impls(model, m, impl, batch=len(x_uint8)), "fp32"
     engine = MultiGpuEngine(model, n_gpus, fc_math) if n_gpus > 1 else GpuEngine(model, fc_math=fc_math)
     chunks = FINAL_CHUNKS if m == "final" and len(x_uint8) >= 4 * FINAL_CHUNKS else 1
     print("New Inference", flush=True)
