@@ -10,9 +10,8 @@
 // the last bits) vary from run to run.
 // CG = ceil(C / ceil(C/8)) keeps the split even (C=6: 6 groups of 1 channel; C=12: 6 groups of 2); C = 1 gives
 // CG = 1 and 8 images per block, so single-channel layers keep full blocks.
-// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
-// sp19 conv1 1.74 ms (+tanh+pool 2.28); sp19 conv2 4.92 ms; fa17 conv 3.31 ms (+tanh+pool 4.6).
-// cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
+// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
+// median of 20): this step's row per course layer, cuDNN's beside it.
 // Predicted before measuring (H100, B=10000): sp19 conv2 ~0.9 ms (FFMA bound with L1 gathers, 15.5 GFLOP), sp19 conv1 ~0.35 ms.
 #include <cuda_runtime.h>
 

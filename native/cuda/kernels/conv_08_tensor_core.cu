@@ -14,9 +14,8 @@
 // inner loop is 1 LDS.128 + 2 LDS.32 per 8-pixel n-tile. Output goes through shared memory (aliasing the input
 // tile) so global stores are coalesced rows. Blocks loop over tiles and load the weights once when the whole
 // C*K*K depth fits one chunk (always for the course layers).
-// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
-// sp19 conv1 1.94 ms (+tanh+pool 2.48); sp19 conv2 1.06 ms; fa17 conv 2.3 ms (+tanh+pool 3.59).
-// cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
+// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
+// median of 20): this step's row per course layer, cuDNN's beside it.
 // Predicted before measuring (H100, B=10000): sp19 conv2 ~0.20 ms (3 MMAs per product, bounded by mma.sync issue and the 323 MB
 // of traffic), sp19 conv1 ~0.20 ms (M=6 pads to 16: 2.7x wasted MMA work, still memory bound at 556 MB),
 // fa17 (M=50 -> 64) ~0.40 ms (1.15 GB written).

@@ -11,9 +11,8 @@
 // Why: at B=10000 the sp19 input is 92 MB; at ~25-50 GB/s over PCIe (pinned) the copy alone is 2-4 ms, 10-20x
 // the convolution, so hiding compute behind the copy (not the reverse) is what this step buys: the layer costs
 // about copy time + one chunk of compute instead of copy + compute.
-// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
-// sp19 conv1 2.12 ms (+tanh+pool 2.66) incl. its host-to-device copy; sp19 conv2 2.29 ms incl. its host-to-device copy; fa17 conv 2.45 ms (+tanh+pool 3.74) incl. its host-to-device copy.
-// cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
+// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
+// median of 20): this step's row per course layer (its times include its host-to-device copy), cuDNN's beside it.
 // Predicted before measuring (H100 PCIe gen5 pinned ~50 GB/s, B=10000): sp19 conv1 including its copy ~1.9 ms (copy 1.8 ms),
 // vs copy-then-compute ~2.1 ms.
 #include <cuda_runtime.h>

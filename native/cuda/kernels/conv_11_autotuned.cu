@@ -7,9 +7,8 @@
 // occupancy) and warps per block (tile size vs. ragged edges: 324 pixels of sp19 conv2 fill 384-pixel tiles,
 // 576 of fa17 fill 96-pixel tiles exactly) depends on the layer shape and the GPU, and is cheap to measure.
 // Configurations: tc-m{1,2,4}-n{3,4,6,8,12}-w{4,8} (see tensor_core_configs()).
-// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
-// sp19 conv1 1.94 ms (+tanh+pool 2.48); sp19 conv2 1.05 ms; fa17 conv 2.3 ms (+tanh+pool 3.59).
-// cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
+// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
+// median of 20): this step's row per course layer, cuDNN's beside it.
 // Predicted before measuring (H100, B=10000): 0-10% faster than step 8 per layer: sp19 conv2 ~0.18 ms, fa17 ~0.36 ms.
 #include <cuda_runtime.h>
 
