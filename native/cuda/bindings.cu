@@ -84,14 +84,17 @@ PYBIND11_MODULE(_gpu, m) {
       "variants",
       [] {
         py::list out;
-        for (const auto& v : gpu_conv_variants())
-          out.append(variant_dict(v.name, v.step, v.summary, v.epilogue, v.precision, v.rtol, v.x_on_host,
-                                  v.launch_u8 != nullptr, "gpu",
-                                  {{"m3", v.roles.m3}, {"m4", v.roles.m4}, {"final", v.roles.final}}));
+        for (const auto& v : gpu_conv_variants()) {
+          py::dict d = variant_dict(v.name, v.step, v.summary, v.epilogue, v.precision, v.rtol, v.x_on_host,
+                                    v.launch_u8 != nullptr, "gpu",
+                                    {{"m3", v.roles.m3}, {"m4", v.roles.m4}, {"final", v.roles.final}});
+          d["tunable"] = v.tunable != nullptr;  // its configurations are autotune_configs()
+          out.append(d);
+        }
         return out;
       },
       "The registry in ladder order: one dict per GPU variant with name, step, summary, epilogue, precision,\n"
-      "rtol (the relative error its tests allow), x_on_host, reads_u8, device ('gpu') and roles\n"
+      "rtol (the relative error its tests allow), x_on_host, reads_u8, tunable, device ('gpu') and roles\n"
       "{m2, m3, m4, final: {role, reason}}. Needs no GPU.");
 
   m.def(
