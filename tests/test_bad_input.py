@@ -20,8 +20,8 @@ from gpu_helpers import HAVE_GPU, gpu, random_model, requires_gpu, requires_gpu_
 from test_mxnet_import import lenet, node, write_params, write_symbol
 
 from pyconv.core import data, reference
-from pyconv.tools import timelog
 from pyconv.core.model import save_model
+from pyconv.tools import timelog
 
 
 def invoke(*args, env=None, timeout=600):

@@ -10,8 +10,8 @@ import pytest
 from conftest import needs_data
 
 from pyconv.core import data, paths
-from pyconv.engines.cpu import forward_cpu
 from pyconv.core.model import DEFAULT_MODEL, load_model, shipped_models
+from pyconv.engines.cpu import forward_cpu
 from pyconv.tools.train import ACCURACY_JSON
 
 TABLE = json.loads(ACCURACY_JSON.read_text()) if ACCURACY_JSON.exists() else {"models": []}

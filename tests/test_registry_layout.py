@@ -10,6 +10,7 @@ ladder (the runtime does not depend on any particular ladder file, as in a stude
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -166,6 +167,31 @@ def variants_of(modules: Path, module: str) -> list[dict]:
     return json.loads(r.stdout)
 
 
+PLAN = """
+import json, sys
+from pyconv import plan, variants
+from pyconv.plan import ConvSite
+
+sites = [ConvSite(0, "conv1", 2, 1, 12, 12, 4, 5, True), ConvSite(1, "conv2", 2, 4, 4, 4, 8, 3, False)]
+vs = variants.all_variants()
+out = {"m2 takes": [v.name for v in vs if v.device == "cpu" and v.role("2").role != "never"]}
+for m, impl in json.loads(sys.argv[1]):
+    try:
+        out[f"{m} {impl}"] = plan.plan(m, sites, vs, impl=impl).impls
+    except Exception as e:
+        out[f"{m} {impl}"] = f"{type(e).__name__}: {e}"
+print(json.dumps(out))
+"""
+
+
+def plans_of(modules: Path, asks: list) -> dict:
+    """pyconv.plan with the copy's modules (PYCONV_NATIVE_DIR), in a child: {"m2 takes": [...], "<m> <impl>": ...}"""
+    env = {**os.environ, "PYCONV_NATIVE_DIR": str(modules), "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-c", PLAN, json.dumps(asks)], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
 def test_a_new_cpu_variant_file_is_registered_and_runs(tree):
     src, build_dir, modules = tree
     build(build_dir, "_cpu")
@@ -192,10 +218,15 @@ def test_a_new_cpu_variant_file_is_registered_and_runs(tree):
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (2, 3, 9, 11)).astype(np.float32)
     k = rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)
-    from pyconv import reference
+    from pyconv.core import reference
 
     np.testing.assert_allclose(y, reference.conv2d(x, k), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(y, y_naive, rtol=1e-5, atol=1e-5)
+
+    # Milestone 2 takes it with --impl (its role), and its default stays cpu-fast.
+    got = plans_of(modules, [["2", "cpu-throwaway"], ["2", None]])
+    assert got["m2 takes"] == ["cpu-naive", "cpu-fast", "cpu-throwaway", "numpy"]
+    assert got["2 cpu-throwaway"] == ["cpu-throwaway"] * 2 and got["2 None"] == ["cpu-fast"] * 2
 
 
 def test_a_new_gpu_variant_file_is_compiled_and_registered(tree):
@@ -214,6 +245,14 @@ def test_a_new_gpu_variant_file_is_compiled_and_registered(tree):
                           "m4": {"role": "candidate", "reason": ""},
                           "final": {"role": "never", "reason": "added by a test"}}
     assert vs[0]["roles"]["m3"]["role"] == "default"
+
+    # The Plan: --impl runs it on every layer where its role allows; final refuses it with its file's reason.
+    got = plans_of(modules, [["4", "gpu-throwaway"], ["3", "gpu-throwaway"], ["final", "gpu-throwaway"],
+                             ["4", None]])
+    assert got["4 gpu-throwaway"] == got["3 gpu-throwaway"] == ["gpu-throwaway"] * 2
+    assert got["final gpu-throwaway"] == ("PyconvError: --impl gpu-throwaway is not allowed in the final "
+                                          "milestone: added by a test")
+    assert got["4 None"] == ["gpu-baseline"] * 2  # no milestone-4 default in this copy: its first candidate
 
 
 @pytest.mark.parametrize("clash", ["name", "step"])

@@ -13,10 +13,10 @@ import pytest
 from conftest import ROOT, needs_data, needs_torch
 
 from pyconv.core import archs, paths
-from pyconv.tools import train
-from pyconv.engines.cpu import forward_cpu
 from pyconv.core.errors import PyconvError
 from pyconv.core.model import load_model
+from pyconv.engines.cpu import forward_cpu
+from pyconv.tools import train
 
 
 def weights(path):

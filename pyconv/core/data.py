@@ -209,3 +209,8 @@ def load_test(size: int, count: int | None = None) -> tuple[np.ndarray, np.ndarr
 def load_train(size: int) -> tuple[np.ndarray, np.ndarray]:
     """The 60000 training images, uint8 [N][1][S][S], and their labels (int64)."""
     return _load("train", size, None)
+
+
+def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
+    """The course's Correctness: the share of predicted labels equal to the true ones."""
+    return float(np.mean(np.asarray(pred) == np.asarray(labels)))
