@@ -215,3 +215,18 @@ def test_cpu_only_result_renders(tmp_path):
     assert [p.name for p in pngs] == ["r-cpu-op-time.png"]
     page = dest.read_text()
     assert "GPU:" not in page and "cpu-fast sp19 conv1" in page
+
+
+def test_every_committed_result_loads_as_records_and_renders():
+    """Files written before a field existed still load (the JSON schema only grew since version 1)."""
+    from conftest import ROOT
+
+    files = sorted((ROOT / "results").glob("bench-*.json"))
+    assert files
+    for path in files:
+        r = report.load(path)
+        text = report.text_tables(r)
+        assert r.date in text and len(report.tables(r)) >= 1
+        for layer in r.layers:
+            assert f"{layer.model} {layer.layer}: B={layer.B}" in text
+            assert all(row.variant in text for row in layer.variants)
