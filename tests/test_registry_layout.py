@@ -169,7 +169,8 @@ def build(build_dir: Path, target: str) -> None:
 
 def variants_of(modules: Path, module: str) -> list[dict]:
     """`module`.variants() from the built copy, in a child (the package's own modules stay loaded here)."""
-    code = f"import json, sys; sys.path.insert(0, {str(modules)!r}); import {module}; print(json.dumps({module}.variants()))"
+    code = (f"import json, sys; sys.path.insert(0, {str(modules)!r}); import {module}; "
+            f"print(json.dumps({module}.variants()))")
     r = _run([sys.executable, "-c", code])
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
@@ -188,11 +189,12 @@ def test_a_new_cpu_variant_file_is_registered_and_runs(tree):
 
     # It computes: the copy's module on random inputs against the numpy reference, and its support check.
     code = (
-        "import sys, numpy as np; sys.path.insert(0, %r); import _cpu\n"
+        f"import sys, numpy as np; sys.path.insert(0, {str(modules)!r}); import _cpu\n"
         "rng = np.random.default_rng(0)\n"
-        "x = rng.uniform(-1, 1, (2, 3, 9, 11)).astype(np.float32); k = rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)\n"
+        "x = rng.uniform(-1, 1, (2, 3, 9, 11)).astype(np.float32)\n"
+        "k = rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)\n"
         "np.save(sys.argv[1], np.stack([_cpu.conv('cpu-throwaway', x, k), _cpu.conv('cpu-naive', x, k)]))\n"
-        "print(_cpu.why_unsupported('cpu-throwaway', 1, 1, 9, 9, 1, 7))\n" % str(modules))
+        "print(_cpu.why_unsupported('cpu-throwaway', 1, 1, 9, 9, 1, 7))\n")
     out = src / "y.npy"
     r = _run([sys.executable, "-c", code, out])
     assert r.returncode == 0, r.stderr
