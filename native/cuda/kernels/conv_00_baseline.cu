@@ -33,7 +33,7 @@ __global__ void conv_fwd_gpu_baseline_kernel(const float* x, const float* k, flo
 
 // gridDim.z carries (b, m) pairs in slices of whole images, so M itself must fit in one slice (65535), and
 // gridDim.y carries the row tiles. Larger shapes are refused here instead of looping or failing at launch.
-std::string conv_fwd_gpu_baseline_supports(const ConvShape& s) {
+std::string conv_supports_gpu_baseline(const ConvShape& s) {
   if (s.M > 65535)
     return "gpu-baseline: M = " + std::to_string(s.M) + " output channels exceed the grid's z limit (65535)";
   if ((s.Ho() + TILE - 1) / TILE > 65535)
@@ -65,7 +65,7 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .step = 0,
     .summary = "milestone 3: one thread per output element, global memory only",
     .launch = conv_fwd_gpu_baseline,
-    .supports = conv_fwd_gpu_baseline_supports,
+    .supports = conv_supports_gpu_baseline,
     .roles = {.m3 = default_role(), .m4 = candidate(), .final = candidate()},
 });
 

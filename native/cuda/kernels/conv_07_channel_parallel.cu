@@ -93,7 +93,7 @@ void conv_fwd_gpu_channel_parallel(const float* x, const float* k, float* y, con
   CUDA_CHECK_LAUNCH();
 }
 
-std::string conv_gpu_channel_parallel_unsupported(const ConvShape& s) {
+std::string conv_supports_gpu_channel_parallel(const ConvShape& s) {
   if (s.B > (1LL << 31) - 1 || s.C * s.H * s.W > (1LL << 31) - 1 || s.Ho() * s.Wo() > (1LL << 31) - 1 - 32)
     return "gpu-channel-parallel: an image or the batch is too large for 32-bit pixel indices";
   return "";
@@ -104,7 +104,7 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .step = 7,
     .summary = "several images per block, input channels split across warps, shared-memory reduction",
     .launch = conv_fwd_gpu_channel_parallel,
-    .supports = conv_gpu_channel_parallel_unsupported,
+    .supports = conv_supports_gpu_channel_parallel,
     .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
 });
 

@@ -249,7 +249,7 @@ size_t smem_bytes(const TcParams& p, const TensorCoreConfig& c) {
 }
 
 std::string tensor_core_supports(const ConvShape& s) {
-  return tensor_core_unsupported(tensor_core_default_config(s), s);
+  return tensor_core_config_supports(tensor_core_default_config(s), s);
 }
 
 }  // namespace
@@ -270,7 +270,7 @@ int tensor_core_default_config(const ConvShape& s) {
   return 8;
 }
 
-std::string tensor_core_unsupported(int config, const ConvShape& s) {
+std::string tensor_core_config_supports(int config, const ConvShape& s) {
   if (config < 0 || config >= int(tc_entries().size()))
     return "gpu-tensor-core: no configuration " + std::to_string(config);
   TcParams p{};
@@ -279,7 +279,7 @@ std::string tensor_core_unsupported(int config, const ConvShape& s) {
 
 void conv_fwd_gpu_tensor_core_config(int config, const float* x, const float* k, float* y, const ConvShape& s,
                                      cudaStream_t st) {
-  const std::string why = tensor_core_unsupported(config, s);
+  const std::string why = tensor_core_config_supports(config, s);
   if (!why.empty()) throw std::invalid_argument(why);
   const TcEntry& e = tc_entries()[size_t(config)];
   TcParams p{};
@@ -305,7 +305,7 @@ void conv_fwd_gpu_tensor_core(const float* x, const float* k, float* y, const Co
   conv_fwd_gpu_tensor_core_config(tensor_core_default_config(s), x, k, y, s, st);
 }
 
-std::string conv_gpu_tensor_core_unsupported(const ConvShape& s) { return tensor_core_supports(s); }
+std::string conv_supports_gpu_tensor_core(const ConvShape& s) { return tensor_core_supports(s); }
 
 PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .name = "gpu-tensor-core",
@@ -313,7 +313,7 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .summary = "implicit GEMM on tensor cores (mma.sync TF32), 3xTF32 split for ~fp32 accuracy",
     .precision = Precision::Tf32x3,
     .launch = conv_fwd_gpu_tensor_core,
-    .supports = conv_gpu_tensor_core_unsupported,
+    .supports = conv_supports_gpu_tensor_core,
     .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
 });
 

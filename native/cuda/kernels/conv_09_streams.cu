@@ -75,7 +75,7 @@ void conv_fwd_gpu_streams(const float* x_host, const float* k, float* y, const C
       std::max(1LL, std::min({MAX_CHUNKS, (long long)s.B, (long long)((img * s.B * 4 + CHUNK_BYTES - 1) / CHUNK_BYTES)}));
   const long long per_chunk = (s.B + chunks - 1) / chunks;
   const int tc_config = tensor_core_default_config(s);
-  const bool use_tc = tensor_core_unsupported(tc_config, s).empty();
+  const bool use_tc = tensor_core_config_supports(tc_config, s).empty();
 
   pool.start.record(st);
   for (int i = 0; i < N_STREAMS; ++i) {
@@ -101,9 +101,9 @@ void conv_fwd_gpu_streams(const float* x_host, const float* k, float* y, const C
   }
 }
 
-std::string conv_gpu_streams_unsupported(const ConvShape& s) {
-  if (tensor_core_unsupported(tensor_core_default_config(s), s).empty()) return "";
-  return conv_gpu_channel_parallel_unsupported(s);
+std::string conv_supports_gpu_streams(const ConvShape& s) {
+  if (tensor_core_config_supports(tensor_core_default_config(s), s).empty()) return "";
+  return conv_supports_gpu_channel_parallel(s);
 }
 
 PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
@@ -113,7 +113,7 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .precision = Precision::Tf32x3,
     .x_on_host = true,
     .launch = conv_fwd_gpu_streams,
-    .supports = conv_gpu_streams_unsupported,
+    .supports = conv_supports_gpu_streams,
     .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = on_request(
                   "reads x from pinned host memory, and final keeps the activations on the device: it runs only "
                   "when named with --impl, and only on a network's first conv layer")},

@@ -217,7 +217,7 @@ void conv_fwd_gpu_fused_tanh_pool_u8(const uint8_t* x, const float* k, float* y,
   launch_fused(x, k, y, s, st);
 }
 
-std::string conv_gpu_fused_tanh_pool_unsupported(const ConvShape& s) {
+std::string conv_supports_gpu_fused_tanh_pool(const ConvShape& s) {
   if (s.C * s.H * s.W > (1LL << 31) - 1 || s.M * s.C * s.K * s.K > (1LL << 31) - 1)
     return "gpu-fused-tanh-pool: an image or the weights are too large for 32-bit offsets";
   return "";
@@ -232,7 +232,7 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .epilogue = Epilogue::TanhMaxPool2,
     .launch = conv_fwd_gpu_fused_tanh_pool,
     .launch_u8 = conv_fwd_gpu_fused_tanh_pool_u8,
-    .supports = conv_gpu_fused_tanh_pool_unsupported,
+    .supports = conv_supports_gpu_fused_tanh_pool,
     .roles = {.m3 = on_request(kNotM3), .m4 = candidate(), .final = default_role()},
 });
 

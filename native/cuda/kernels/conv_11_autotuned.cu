@@ -25,7 +25,7 @@ namespace {
 
 int config_for(const ConvShape& s) {
   const int tuned = autotune_get(s);
-  if (tuned >= 0 && tensor_core_unsupported(tuned, s).empty()) return tuned;
+  if (tuned >= 0 && tensor_core_config_supports(tuned, s).empty()) return tuned;
   return tensor_core_default_config(s);
 }
 
@@ -36,7 +36,7 @@ std::vector<std::string> tensor_core_config_names() {
 }
 
 // What the runtime's sweep (cuda/runtime/autotune.cuh) times and records: step 8's configurations.
-const TunableFamily kTensorCoreFamily{tensor_core_config_names, tensor_core_unsupported,
+const TunableFamily kTensorCoreFamily{tensor_core_config_names, tensor_core_config_supports,
                                       conv_fwd_gpu_tensor_core_config};
 
 }  // namespace
@@ -45,8 +45,8 @@ void conv_fwd_gpu_autotuned(const float* x, const float* k, float* y, const Conv
   conv_fwd_gpu_tensor_core_config(config_for(s), x, k, y, s, st);
 }
 
-std::string conv_gpu_autotuned_unsupported(const ConvShape& s) {
-  return tensor_core_unsupported(tensor_core_default_config(s), s);
+std::string conv_supports_gpu_autotuned(const ConvShape& s) {
+  return tensor_core_config_supports(tensor_core_default_config(s), s);
 }
 
 PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
@@ -55,7 +55,7 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .summary = "tensor-core kernel with its tile configuration chosen per layer shape by measurement",
     .precision = Precision::Tf32x3,
     .launch = conv_fwd_gpu_autotuned,
-    .supports = conv_gpu_autotuned_unsupported,
+    .supports = conv_supports_gpu_autotuned,
     .tunable = &kTensorCoreFamily,
     .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
 });
