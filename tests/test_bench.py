@@ -266,6 +266,8 @@ def test_architecture_names_give_the_course_shapes():
     assert [(bench.shape_key(s), s["tanh_pool_follows"]) for s in sites] == [
         (bench.SP19_CONV1, True), (bench.SP19_CONV2, False)]
     assert [bench.shape_key(s) for s in bench.sites_of(bench.layer_model("fa17"), 1)] == [bench.FA17_CONV]
+    assert [(bench.shape_key(s), s["tanh_pool_follows"]) for s in bench.sites_of(bench.layer_model("fa19"), 1)] == [
+        ((1, 70, 70, 12, 5), True), ((12, 33, 33, 24, 5), False)]
     with pytest.raises(PyconvError, match="architecture name"):
         bench.layer_model("no-such-model")
 
