@@ -38,7 +38,7 @@ def user_errors(fn):
             "force": "rebuild datasets/fashion-mnist.h5 even when a valid one exists"})
 @user_errors
 def data(c, source=None, force=False):
-    """Fetch and verify Fashion-MNIST, write datasets/fashion-mnist.h5 (28x28 and the course's 48/64/72 sets)."""
+    """Fetch and verify Fashion-MNIST, write datasets/fashion-mnist.h5 (28x28 and the course's 48/64/70/72 sets)."""
     from pyconv.core import data as d
 
     d.prepare(source=source, force=force)
@@ -172,7 +172,7 @@ def models(c):
         print(f"{name:16s} {m.arch:6s} {m.summary()}")
 
 
-@task(help={"arch": "architecture: fa17, sp18, fa18 or sp19 (pyconv/archs.py)",
+@task(help={"arch": "architecture: fa17, sp18, fa18, sp19 or fa19 (pyconv/core/archs.py)",
             "name": "name of the new model (written to datasets/models/NAME.h5)",
             "epochs": "passes over the 60000 training images, >= 1 (default 2)",
             "seed": "seed of the initialisation and the shuffling: same seed, same weights on one machine "
@@ -248,7 +248,7 @@ def sanitize(c, tools=None, variants=None, milestone="3", model=None, batch="64"
 
 
 @task(help={"model": "model(s) whose conv layers to benchmark, comma-separated; an architecture name (fa17, sp18, "
-                     "fa18, sp19) works too (default ece408; for --end-to-end: every shipped model)",
+                     "fa18, sp19, fa19) works too (default ece408; for --end-to-end: every shipped model)",
             "batch": "images per layer, 1..10000 (default 10000; cpu-naive then runs 1000 unless --batch is given)",
             "reps": "timed runs per measurement (default 20 on the GPU, 5 on the CPU)",
             "warmup": "untimed runs before the timed ones (default 5; the CPU does one)",

@@ -51,7 +51,7 @@ def random_conv_shapes(rng, n: int, max_b: int = 4, max_c: int = 8, max_hw: int 
     """(B, C, H, W, M, K) covering the edges: K=1, K=H and/or K=W, odd sizes, C>1, M=1, non-square inputs."""
     shapes = [(1, 1, 1, 1, 1, 1), (1, 1, 5, 5, 1, 5), (2, 3, 7, 9, 1, 7), (1, 6, 22, 22, 16, 5),
               (2, 1, 48, 48, 6, 5), (1, 1, 28, 28, 50, 5), (1, 12, 33, 33, 24, 7), (3, 2, 13, 6, 5, 6),
-              (2, 5, 9, 17, 3, 1), (1, 1, 72, 72, 12, 7)]
+              (2, 5, 9, 17, 3, 1), (1, 1, 72, 72, 12, 7), (1, 1, 70, 70, 12, 5), (1, 12, 33, 33, 24, 5)]
     while len(shapes) < n:
         k = int(rng.integers(1, max_k + 1))
         h = int(rng.integers(k, max_hw + 1))

@@ -285,6 +285,8 @@ def test_architecture_names_give_the_course_shapes():
     assert [(sites.shape_key(s), s["tanh_pool_follows"]) for s in found] == [
         (goals.SP19_CONV1, True), (goals.SP19_CONV2, False)]
     assert [sites.shape_key(s) for s in sites.sites_of(sites.layer_model("fa17"), 1)] == [goals.FA17_CONV]
+    assert [(sites.shape_key(s), s["tanh_pool_follows"]) for s in sites.sites_of(sites.layer_model("fa19"), 1)] == [
+        ((1, 70, 70, 12, 5), True), ((12, 33, 33, 24, 5), False)]
     with pytest.raises(PyconvError, match="architecture name"):
         sites.layer_model("no-such-model")
 

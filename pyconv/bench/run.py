@@ -7,7 +7,7 @@ tagged with GPU, driver, commit and date); the README's performance tables are g
 
 What is measured, and how:
 - Layer shapes come from the model: pyconv.plan.conv_sites(model, batch) gives each conv the input shape the
-  network feeds it. An architecture name (fa17, sp18, fa18, sp19) is accepted in place of a model: a layer
+  network feeds it. An architecture name (fa17, sp18, fa18, sp19, fa19) is accepted in place of a model: a layer
   benchmark needs shapes, not weights.
 - Inputs (x and k) are float32, uniform in [0.05, 1] with a random sign (never zero: zeros hide unwritten
   outputs), drawn fresh for every variant (pyconv.verify). The first layer's real data is 0..255 pixels; the
