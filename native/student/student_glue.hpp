@@ -70,14 +70,23 @@ inline Forward<Device> bound_forward(const char* variant) {
   return fn;
 }
 
+// The names the out-of-range message uses: the skeleton's parameter names.
+template <typename Tensor4>
+inline void name_tensors(Tensor4& y, Tensor4& x, Tensor4& k) {
+  y.pyconv_name_ = "y";
+  x.pyconv_name_ = "x";
+  k.pyconv_name_ = "k";
+}
+
 // cpu-student: x[B][C][H][W], k[M][C][K][K] and y[B][M][Ho][Wo] are host arrays.
 inline void run_cpu(const float* x, const float* k, float* y, const ConvShape& s) {
   Forward<mshadow::cpu> fn = bound_forward<mshadow::cpu>("cpu-student");
   mshadow::Stream<mshadow::cpu> stream;
   using Tensor4 = mshadow::Tensor<mshadow::cpu, 4, float>;
   Tensor4 yt(y, mshadow::Shape4(s.B, s.M, s.Ho(), s.Wo()), &stream);
-  const Tensor4 xt(const_cast<float*>(x), mshadow::Shape4(s.B, s.C, s.H, s.W), &stream);
-  const Tensor4 kt(const_cast<float*>(k), mshadow::Shape4(s.M, s.C, s.K, s.K), &stream);
+  Tensor4 xt(const_cast<float*>(x), mshadow::Shape4(s.B, s.C, s.H, s.W), &stream);
+  Tensor4 kt(const_cast<float*>(k), mshadow::Shape4(s.M, s.C, s.K, s.K), &stream);
+  name_tensors(yt, xt, kt);
   std::memset(y, 0, size_t(s.y_size()) * sizeof(float));
   fn(yt, xt, kt);
 }
@@ -90,8 +99,9 @@ inline void run_gpu(const float* x, const float* k, float* y, const ConvShape& s
   stream.stream_ = st;
   using Tensor4 = mshadow::Tensor<mshadow::gpu, 4, float>;
   Tensor4 yt(y, mshadow::Shape4(s.B, s.M, s.Ho(), s.Wo()), &stream);
-  const Tensor4 xt(const_cast<float*>(x), mshadow::Shape4(s.B, s.C, s.H, s.W), &stream);
-  const Tensor4 kt(const_cast<float*>(k), mshadow::Shape4(s.M, s.C, s.K, s.K), &stream);
+  Tensor4 xt(const_cast<float*>(x), mshadow::Shape4(s.B, s.C, s.H, s.W), &stream);
+  Tensor4 kt(const_cast<float*>(k), mshadow::Shape4(s.M, s.C, s.K, s.K), &stream);
+  name_tensors(yt, xt, kt);
   MSHADOW_CUDA_CALL(cudaMemsetAsync(y, 0, size_t(s.y_size()) * sizeof(float), st));
   // Many students launch on the legacy default stream or streams of their own: x (written by the previous layer
   // on `st`) and the zeroed y must be complete before any of them starts, as they were under MXNet.

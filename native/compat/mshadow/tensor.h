@@ -3,8 +3,9 @@
 // Tensor(ShapeN(...)) with AllocSpace / FreeSpace / NewTensor, and Copy between devices.
 //
 // One deliberate difference from mshadow: operator[] checks its index on the host. A CPU loop that runs to H
-// instead of H - K + 1 wrote past the output silently under MXNet; here it stops with one line naming the index
-// and the tensor's shape. (Device code indexing a Tensor is unchecked, as before.)
+// instead of H - K + 1 wrote past the output silently under MXNet (several public milestone-2 files do); here it
+// stops with one line such as "x[.][.][.][28]: index 28 is out of range [0, 28): a loop runs past the end of x".
+// Device code indexing a Tensor is unchecked, as before.
 #ifndef MSHADOW_TENSOR_H_
 #define MSHADOW_TENSOR_H_
 #if defined(__GNUC__)
@@ -25,11 +26,25 @@ struct Tensor;
 
 namespace compat_detail {
 
-template <int dimension>
-[[noreturn]] inline void index_out_of_range(index_t idx, const Shape<dimension>& shape) {
+// "x[.][.][28][.]: index 28 is out of range [0, 28)": which framework tensor (when the glue named it), which index.
+// Out of line and given only scalars: passing the shape by reference made every temporary sub-tensor live in
+// memory, and the seven-loop convolution several times slower. The compare that remains still keeps the compiler
+// from vectorising the innermost loop; milestone 2 is about being correct, so the check stays.
+[[noreturn]] __attribute__((noinline, cold)) inline void index_out_of_range(index_t idx, index_t size,
+                                                                            const char* name, int level,
+                                                                            int dimension) {
   std::ostringstream os;
-  os << "mshadow::Tensor: index " << static_cast<long long>(static_cast<int>(idx)) << " is out of range [0, "
-     << shape[0] << ") in a sub-tensor of shape " << shape;
+  const long long shown = static_cast<long long>(static_cast<int>(idx));  // a negative int index wrapped around
+  if (name != nullptr) {
+    os << name;
+    for (int i = 0; i < level; ++i) os << "[.]";
+    os << '[' << shown << ']';
+    for (int i = 1; i < dimension; ++i) os << "[.]";
+    os << ": index " << shown << " is out of range [0, " << size << "): a loop runs past the end of " << name;
+  } else {
+    os << "mshadow::Tensor: index " << shown << " is out of range [0, " << size << ") in a " << dimension
+       << "-d (sub-)tensor";
+  }
   throw ::dmlc::Error(os.str());
 }
 
@@ -53,6 +68,10 @@ struct Tensor {
   Shape<dimension> shape_;
   index_t stride_ = 0;  // elements between consecutive rows (== shape_[dimension - 1]: nothing here pads)
   Stream<Device>* stream_ = nullptr;
+  // Not in mshadow: the name the glue gave y, x or k (sub-tensors inherit it) and how many indices were applied,
+  // for the out-of-range message.
+  const char* pyconv_name_ = nullptr;
+  int pyconv_level_ = 0;
 
   MSHADOW_XINLINE Tensor() {}
   MSHADOW_XINLINE Tensor(const Shape<dimension>& shape) : shape_(shape), stride_(shape[kSubdim]) {}
@@ -86,9 +105,12 @@ struct Tensor {
   // y[b] -> the (dimension - 1)-d view of image b; y[b][m][h][w] ends in a DType&.
   MSHADOW_XINLINE Tensor<Device, kSubdim, DType> operator[](index_t idx) const {
 #ifndef __CUDA_ARCH__
-    if (idx >= shape_[0]) compat_detail::index_out_of_range(idx, shape_);
+    if (__builtin_expect(idx >= shape_[0], 0)) compat_detail::index_out_of_range(idx, shape_[0], pyconv_name_, pyconv_level_, dimension);
 #endif
-    return Tensor<Device, kSubdim, DType>(dptr_ + MemSize<1>() * idx, shape_.SubShape(), stride_, stream_);
+    Tensor<Device, kSubdim, DType> sub(dptr_ + MemSize<1>() * idx, shape_.SubShape(), stride_, stream_);
+    sub.pyconv_name_ = pyconv_name_;
+    sub.pyconv_level_ = pyconv_level_ + 1;
+    return sub;
   }
   MSHADOW_XINLINE Tensor<Device, dimension, DType> Slice(index_t begin, index_t end) const {
     Shape<dimension> s = shape_;
@@ -132,6 +154,8 @@ struct Tensor<Device, 1, DType> {
   Shape<1> shape_;
   index_t stride_ = 0;
   Stream<Device>* stream_ = nullptr;
+  const char* pyconv_name_ = nullptr;
+  int pyconv_level_ = 0;
 
   MSHADOW_XINLINE Tensor() {}
   MSHADOW_XINLINE Tensor(const Shape<1>& shape) : shape_(shape), stride_(shape[0]) {}
@@ -157,7 +181,7 @@ struct Tensor<Device, 1, DType> {
 
   MSHADOW_XINLINE DType& operator[](index_t idx) const {
 #ifndef __CUDA_ARCH__
-    if (idx >= shape_[0]) compat_detail::index_out_of_range(idx, shape_);
+    if (__builtin_expect(idx >= shape_[0], 0)) compat_detail::index_out_of_range(idx, shape_[0], pyconv_name_, pyconv_level_, 1);
 #endif
     return dptr_[idx];
   }
