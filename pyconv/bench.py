@@ -400,7 +400,7 @@ def bench_gpu_layer(g, site: dict, variants: list[dict], roof: dict, rng: np.ran
             continue
         x = random_nonzero(rng, (B, C, H, W))
         k = random_nonzero(rng, (M, C, K, K))
-        rtol = float(v["tolerance"])
+        rtol = float(v["rtol"])
         try:
             row["check"] = check_output(g.conv(name, x, k), x, k, pooled, rtol, rtol * float(np.sqrt(C * K * K)))
             if not row["check"]["passed"]:

@@ -153,7 +153,7 @@ def format_table(results: list[Result], tools=TOOLS) -> str:
 # ---------------------------------------------------------------------------------------------- the child
 def _tolerances(variant: dict, c: int, k: int) -> tuple[float, float]:
     # Inputs in [-1, 1]: a float32 sum of C*K*K products carries rounding error growing like sqrt(C*K*K).
-    rtol = float(variant["tolerance"])
+    rtol = float(variant["rtol"])
     return rtol, rtol * float(np.sqrt(c * k * k))
 
 

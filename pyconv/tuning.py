@@ -156,7 +156,7 @@ FALLBACKS = ("gpu-specialised", "gpu-register-tiled", "gpu-autotuned", "gpu-chan
 
 def reduced_precision() -> set[str]:
     """The registry variants that round on purpose (a tolerance above the default 1e-4: TF32 tensor cores)."""
-    return {v["name"] for v in _gpu().variants() if v["tolerance"] > 1e-4}
+    return {v["name"] for v in _gpu().variants() if v["rtol"] > 1e-4}
 
 
 def precision_verdict(model_digest: str, gpu_name: str, results: Path | None = None) -> dict | None:

@@ -392,7 +392,7 @@ class StandInGpu:
     def variants():
         def v(name, step, epilogue="none"):
             return {"name": name, "step": step, "summary": "stand-in", "epilogue": epilogue, "x_on_host": False,
-                    "tolerance": 1e-4}
+                    "rtol": 1e-4}
 
         return [v("fake-plain", 0), v("fake-wrong", 1), v("fake-picky", 2), v("fake-fused", 3, "tanh-maxpool2")]
 

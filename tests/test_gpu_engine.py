@@ -53,7 +53,7 @@ def test_registry_lists_baseline_and_checks_arguments_before_the_gpu():
     assert names[0] == "gpu-baseline"
     assert len(set(names)) == len(names)
     for v in g.variants():
-        assert v["epilogue"] in ("none", "tanh-maxpool2") and 0 < v["tolerance"] < 0.1
+        assert v["epilogue"] in ("none", "tanh-maxpool2") and 0 < v["rtol"] < 0.1
     assert g.why_unsupported("gpu-baseline", 1, 1, 8, 8, 70000, 3).startswith("gpu-baseline: M = 70000")
     assert g.why_unsupported("gpu-baseline", 2, 3, 8, 8, 6, 5) == ""
     with pytest.raises(ValueError, match="unknown GPU convolution 'nope'"):
@@ -100,7 +100,7 @@ def reference_for(variant: dict, x: np.ndarray, k: np.ndarray) -> np.ndarray:
 
 def tolerances(variant: dict, C: int, K: int) -> tuple[float, float]:
     # Inputs in [-1, 1]: a float32 sum of C*K*K products carries rounding error growing like sqrt(C*K*K).
-    rtol = variant["tolerance"]
+    rtol = variant["rtol"]
     return rtol, rtol * np.sqrt(C * K * K)
 
 

@@ -144,7 +144,7 @@ def test_gpu_variant_matches_reference(name):
 
     v = _variant(name)
     fused = v["epilogue"] == "tanh-maxpool2"
-    rtol = v["tolerance"]  # the registry's (1e-4 unless the variant rounds on purpose and says why)
+    rtol = v["rtol"]  # the registry's (1e-4 unless the variant rounds on purpose and says why)
 
     @settings(settings.get_profile("pyconv-gpu"))
     @given(conv_cases(max_b=8, max_c=12, max_hw=40, max_m=40, min_out=2 if fused else 1))

@@ -19,4 +19,14 @@ void conv_fwd_cpu_naive(const float* x, const float* k, float* y, const ConvShap
         }
 }
 
+// Milestone 2 runs cpu-fast unless asked: this one is the statement of the semantics, kept for comparison.
+PYCONV_REGISTER_CPU_CONV(CpuConvVariant{
+    .name = "cpu-naive",
+    .step = 0,
+    .summary = "the course's milestone-2 seven-loop convolution, single thread",
+    .rtol = 1e-5,
+    .launch = conv_fwd_cpu_naive,
+    .roles = {.m2 = on_request("the course's single-thread seven-loop version: runs only when named with --impl")},
+});
+
 }  // namespace pyconv

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/pyarray.hpp"
+#include "common/variant_dict.hpp"
 #include "cuda/autotune.cuh"
 #include "cuda/conv_registry.cuh"
 #include "cuda/cuda_check.cuh"
@@ -28,8 +29,6 @@ int64_t product(const std::vector<int64_t>& v) {
   for (int64_t d : v) n *= d;
   return n;
 }
-
-const char* epilogue_name(Epilogue e) { return e == Epilogue::TanhMaxPool2 ? "tanh-maxpool2" : "none"; }
 
 std::vector<int64_t> out_shape(const GpuConvVariant& v, const ConvShape& s) {
   if (v.epilogue == Epilogue::TanhMaxPool2) return {s.B, s.M, s.Ho() / 2, s.Wo() / 2};
@@ -157,6 +156,7 @@ struct PyNetwork {
 
 PYBIND11_MODULE(_gpu, m) {
   m.doc() = "pyconv CUDA convolutions (milestone 3, 4, final) and the whole network on the GPU";
+  gpu_conv_registry().check();  // a malformed variant file: ImportError naming it
   py::register_exception<CudaError>(m, "CudaError", PyExc_RuntimeError);
 
   m.def(
@@ -206,20 +206,15 @@ PYBIND11_MODULE(_gpu, m) {
       "variants",
       [] {
         py::list out;
-        for (const auto& v : gpu_conv_variants()) {
-          py::dict d;
-          d["name"] = v.name;
-          d["step"] = v.step;
-          d["summary"] = v.summary;
-          d["epilogue"] = epilogue_name(v.epilogue);
-          d["x_on_host"] = v.x_on_host;
-          d["tolerance"] = v.tolerance > 0 ? v.tolerance : 1e-4;
-          out.append(d);
-        }
+        for (const auto& v : gpu_conv_variants())
+          out.append(variant_dict(v.name, v.step, v.summary, v.epilogue, v.precision, v.rtol, v.x_on_host,
+                                  v.launch_u8 != nullptr, "gpu",
+                                  {{"m3", v.roles.m3}, {"m4", v.roles.m4}, {"final", v.roles.final}}));
         return out;
       },
-      "The registry, in ladder order: {name, step, summary, epilogue, x_on_host, tolerance} per variant\n"
-      "(tolerance: the relative error its tests allow).");
+      "The registry in ladder order: one dict per GPU variant with name, step, summary, epilogue, precision,\n"
+      "rtol (the relative error its tests allow), x_on_host, reads_u8, device ('gpu') and roles\n"
+      "{m2, m3, m4, final: {role, reason}}. Needs no GPU.");
 
   m.def(
       "why_unsupported",

@@ -60,4 +60,14 @@ void conv_fwd_gpu_baseline(const float* x, const float* k, float* y, const ConvS
   }
 }
 
+// Milestone 3's kernel; in milestone 4 the layer where gpu-specialised refuses the shape falls back to it.
+PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
+    .name = "gpu-baseline",
+    .step = 0,
+    .summary = "milestone 3: one thread per output element, global memory only",
+    .launch = conv_fwd_gpu_baseline,
+    .supports = conv_fwd_gpu_baseline_supports,
+    .roles = {.m3 = default_role(), .m4 = candidate(), .final = candidate()},
+});
+
 }  // namespace pyconv

@@ -74,4 +74,13 @@ void conv_fwd_gpu_shared_tiled(const float* x, const float* k, float* y, const C
   CUDA_CHECK_LAUNCH();
 }
 
+PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
+    .name = "gpu-shared-tiled",
+    .step = 1,
+    .summary = "input tile + halo per (image, channel) in shared memory, one output per thread",
+    .launch = conv_fwd_gpu_shared_tiled,
+    .supports = conv_supports_gpu_shared_tiled,
+    .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
+});
+
 }  // namespace pyconv

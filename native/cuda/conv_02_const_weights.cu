@@ -82,4 +82,13 @@ void conv_fwd_gpu_const_weights(const float* x, const float* k, float* y, const 
   CUDA_CHECK_LAUNCH();
 }
 
+PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
+    .name = "gpu-const-weights",
+    .step = 2,
+    .summary = "step 1 with the weights in __constant__ memory (broadcast reads)",
+    .launch = conv_fwd_gpu_const_weights,
+    .supports = conv_supports_gpu_const_weights,
+    .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
+});
+
 }  // namespace pyconv

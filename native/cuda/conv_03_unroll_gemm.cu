@@ -118,4 +118,13 @@ void conv_fwd_gpu_unroll_gemm(const float* x, const float* k, float* y, const Co
   }
 }
 
+PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
+    .name = "gpu-unroll-gemm",
+    .step = 3,
+    .summary = "explicit unroll (im2col) into a global buffer, then a shared-memory tiled GEMM",
+    .launch = conv_fwd_gpu_unroll_gemm,
+    .supports = conv_supports_gpu_unroll_gemm,
+    .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
+});
+
 }  // namespace pyconv

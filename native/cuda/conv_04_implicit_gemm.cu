@@ -78,4 +78,13 @@ void conv_fwd_gpu_implicit_gemm(const float* x, const float* k, float* y, const 
   CUDA_CHECK_LAUNCH();
 }
 
+PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
+    .name = "gpu-implicit-gemm",
+    .step = 4,
+    .summary = "GEMM whose input tile is gathered from x on the fly (no unrolled matrix)",
+    .launch = conv_fwd_gpu_implicit_gemm,
+    .supports = conv_supports_gpu_implicit_gemm,
+    .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
+});
+
 }  // namespace pyconv

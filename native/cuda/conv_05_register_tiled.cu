@@ -179,4 +179,14 @@ void conv_fwd_gpu_register_tiled(const float* x, const float* k, float* y, const
     launch<32, 16, 4, 64, 8>(x, k, y, g, st);
 }
 
+// One of milestone 4's three optimisations (with gpu-specialised and gpu-fused-tanh-pool).
+PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
+    .name = "gpu-register-tiled",
+    .step = 5,
+    .summary = "implicit GEMM with per-thread register micro-tiles and double-buffered slices",
+    .launch = conv_fwd_gpu_register_tiled,
+    .supports = conv_supports_gpu_register_tiled,
+    .roles = {.m3 = on_request(kNotM3), .m4 = candidate(), .final = candidate()},
+});
+
 }  // namespace pyconv

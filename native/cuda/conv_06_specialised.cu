@@ -210,4 +210,15 @@ void conv_fwd_gpu_specialised(const float* x, const float* k, float* y, const Co
   if (!launch_specialised(x, k, y, s, st)) conv_fwd_gpu_register_tiled(x, k, y, s, st);
 }
 
+// Milestone 4's default optimisation; final's choice, without measurements of this GPU, for a layer that no
+// fused variant can take.
+PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
+    .name = "gpu-specialised",
+    .step = 6,
+    .summary = "direct conv compiled per (C, K): input band in shared memory, register blocking",
+    .launch = conv_fwd_gpu_specialised,
+    .supports = conv_supports_gpu_specialised,
+    .roles = {.m3 = on_request(kNotM3), .m4 = default_role(), .final = default_role()},
+});
+
 }  // namespace pyconv

@@ -99,4 +99,13 @@ std::string conv_gpu_channel_parallel_unsupported(const ConvShape& s) {
   return "";
 }
 
+PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
+    .name = "gpu-channel-parallel",
+    .step = 7,
+    .summary = "several images per block, input channels split across warps, shared-memory reduction",
+    .launch = conv_fwd_gpu_channel_parallel,
+    .supports = conv_gpu_channel_parallel_unsupported,
+    .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
+});
+
 }  // namespace pyconv

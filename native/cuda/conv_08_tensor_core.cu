@@ -308,4 +308,14 @@ void conv_fwd_gpu_tensor_core(const float* x, const float* k, float* y, const Co
 
 std::string conv_gpu_tensor_core_unsupported(const ConvShape& s) { return tensor_core_supports(s); }
 
+PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
+    .name = "gpu-tensor-core",
+    .step = 8,
+    .summary = "implicit GEMM on tensor cores (mma.sync TF32), 3xTF32 split for ~fp32 accuracy",
+    .precision = Precision::Tf32x3,
+    .launch = conv_fwd_gpu_tensor_core,
+    .supports = conv_gpu_tensor_core_unsupported,
+    .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
+});
+
 }  // namespace pyconv

@@ -106,4 +106,17 @@ std::string conv_gpu_streams_unsupported(const ConvShape& s) {
   return conv_gpu_channel_parallel_unsupported(s);
 }
 
+PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
+    .name = "gpu-streams",
+    .step = 9,
+    .summary = "x in pinned host memory: chunked copies overlap tensor-core compute on 4 streams",
+    .precision = Precision::Tf32x3,
+    .x_on_host = true,
+    .launch = conv_fwd_gpu_streams,
+    .supports = conv_gpu_streams_unsupported,
+    .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = on_request(
+                  "reads x from pinned host memory, and final keeps the activations on the device: it runs only "
+                  "when named with --impl, and only on a network's first conv layer")},
+});
+
 }  // namespace pyconv

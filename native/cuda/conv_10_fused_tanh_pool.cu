@@ -224,4 +224,17 @@ std::string conv_gpu_fused_tanh_pool_unsupported(const ConvShape& s) {
   return "";
 }
 
+// One of milestone 4's three optimisations; final's choice, without measurements of this GPU, for a layer
+// followed by tanh + max-pool 2/2.
+PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
+    .name = "gpu-fused-tanh-pool",
+    .step = 10,
+    .summary = "conv + tanh + 2x2 max pool in one kernel: the un-pooled output never leaves the SM",
+    .epilogue = Epilogue::TanhMaxPool2,
+    .launch = conv_fwd_gpu_fused_tanh_pool,
+    .launch_u8 = conv_fwd_gpu_fused_tanh_pool_u8,
+    .supports = conv_gpu_fused_tanh_pool_unsupported,
+    .roles = {.m3 = on_request(kNotM3), .m4 = candidate(), .final = default_role()},
+});
+
 }  // namespace pyconv

@@ -93,4 +93,14 @@ std::string conv_gpu_autotuned_unsupported(const ConvShape& s) {
   return tensor_core_unsupported(tensor_core_default_config(s), s);
 }
 
+PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
+    .name = "gpu-autotuned",
+    .step = 11,
+    .summary = "tensor-core kernel with its tile configuration chosen per layer shape by measurement",
+    .precision = Precision::Tf32x3,
+    .launch = conv_fwd_gpu_autotuned,
+    .supports = conv_gpu_autotuned_unsupported,
+    .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
+});
+
 }  // namespace pyconv

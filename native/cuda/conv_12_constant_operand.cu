@@ -166,4 +166,13 @@ void conv_fwd_gpu_constant_operand(const float* x, const float* k, float* y, con
   conv_fwd_gpu_specialised(x, k, y, s, st);
 }
 
+PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
+    .name = "gpu-constant-operand",
+    .step = 12,
+    .summary = "direct conv per (C, K, M): weights as constant-bank FFMA operands, all M per thread",
+    .launch = conv_fwd_gpu_constant_operand,
+    .supports = conv_supports_gpu_constant_operand,
+    .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
+});
+
 }  // namespace pyconv
