@@ -21,5 +21,5 @@ extern "C" int pyconv_student_cpu(const float* x, const float* k, float* y, long
   }
 }
 
-#include "new-forward.h"
+#include <new-forward.h>
 PYCONV_STUDENT_BIND_CPU;

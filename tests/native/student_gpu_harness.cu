@@ -46,5 +46,5 @@ extern "C" int pyconv_student_gpu(const float* x, const float* k, float* y, long
   return rc;
 }
 
-#include "new-forward.cuh"
+#include <new-forward.cuh>
 PYCONV_STUDENT_BIND_GPU;
