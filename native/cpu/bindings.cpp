@@ -8,7 +8,7 @@
 
 #include "common/pyarray.hpp"
 #include "common/variant_dict.hpp"
-#include "cpu/conv_cpu.hpp"
+#include "cpu/runtime/registry.hpp"
 
 namespace py = pybind11;
 using namespace pyconv;
