@@ -4,7 +4,7 @@
 // The registration comes BEFORE the student's file, which may #define B, C, H, W, M, K, x, y, min...; after it
 // only PYCONV_STUDENT_BIND_CPU is expanded. The student's file is included with <>: the build puts the student's
 // folder on the include path, and "" would find this folder's skeleton first (it sits beside this file).
-#include "cpu/conv_cpu.hpp"
+#include "cpu/runtime/registry.hpp"
 #include "student/student_glue.hpp"
 
 namespace pyconv {

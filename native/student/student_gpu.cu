@@ -5,7 +5,7 @@
 // The registration comes BEFORE the student's file, which may #define B, C, H, W, M, K, x, y, min...; after it
 // only PYCONV_STUDENT_BIND_GPU is expanded. The student's file is included with <>: the build puts the student's
 // folder on the include path, and "" would find this folder's skeleton first (it sits beside this file).
-#include "cuda/conv_registry.cuh"
+#include "cuda/runtime/registry.cuh"
 #include "student/student_glue.hpp"
 
 namespace pyconv {
