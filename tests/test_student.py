@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ROOT, assert_close, random_conv_inputs, random_conv_shapes
+from student_variants import skip_if_unstarted
 
 from pyconv import archs, reference
 
@@ -250,6 +251,28 @@ def test_registered_cpu_student_runs_the_slot():
     with pytest.raises(RuntimeError) as info:
         _cpu.conv("cpu-student", x, k)
     assert SKELETON_CPU.fullmatch(_one_line(str(info.value)))
+
+
+def test_unstarted_student_variants_skip_and_finished_ones_run(cpu_harness):
+    """tests/student_variants.py: what tests over every variant use for cpu-student / gpu-student."""
+    def conv_of(folder):
+        def conv(name, x, k):
+            y, err = cpu_harness(folder).run(x, k)
+            if err:
+                raise RuntimeError(err)
+            return y
+        return conv
+
+    skip_if_unstarted("cpu-student", conv_of(FIXTURES / "good"))  # a finished file: the test goes on
+    with pytest.raises(pytest.skip.Exception, match="still holds the course's skeleton"):
+        skip_if_unstarted("cpu-student", conv_of(SLOT))
+
+    def failing(name, x, k):
+        raise RuntimeError("new-forward.h:40: Check failed: C == 1 (3 vs. 1): this team hard-coded one channel")
+
+    with pytest.raises(RuntimeError, match="hard-coded one channel"):  # any other error fails the calling test
+        skip_if_unstarted("cpu-student", failing)
+    skip_if_unstarted("cpu-fast", failing)  # not a student variant: nothing is run
 
 
 # ------------------------------------------------------------------------------------------------ compiles
