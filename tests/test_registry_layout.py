@@ -2,7 +2,8 @@
 tree, a throwaway CPU variant (native/cpu/kernels/) and a throwaway GPU variant (native/cuda/kernels/) are added
 as files and nothing else, CMake configures and builds the modules, and the registries list them in ladder order
 with the roles their files state. The CPU one also runs and is checked against the numpy reference; the GPU one
-is compiled and imported only (variants() needs no GPU). A duplicate name is refused when the module loads.
+is compiled and imported only (variants() needs no GPU). A duplicate name or step is refused when the module
+loads. A student's folder (PYCONV_STUDENT_DIR) is compiled only when its header is there, ahead of native/.
 
 Builds only the targets it needs, for CUDA architecture 90 only; the GPU copy keeps GPU_KERNELS_KEPT of the
 ladder (the runtime does not depend on any particular ladder file, as in a student handout)."""
@@ -129,8 +130,6 @@ def tree(tmp_path_factory):
     """A configured copy of the native tree with one throwaway variant file added per device."""
     if shutil.which("cmake") is None:
         pytest.skip("cmake not found")
-    import pybind11
-
     src = tmp_path_factory.mktemp("tree")
     shutil.copy2(ROOT / "CMakeLists.txt", src / "CMakeLists.txt")
     shutil.copytree(ROOT / "native", src / "native", ignore=shutil.ignore_patterns("__pycache__"))
@@ -142,15 +141,25 @@ def tree(tmp_path_factory):
     (src / "native" / "cpu" / "kernels" / "conv_cpu_throwaway.cpp").write_text(CPU_VARIANT)
     (kernels / "conv_42_throwaway.cu").write_text(GPU_VARIANT)
 
+    no_student = src / "no-student"  # the student half of the build stays off: only the ladder is listed
+    no_student.mkdir()
     build, modules = src / "build", src / "modules"
-    args = ["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release", f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
-            f"-DPython_EXECUTABLE={sys.executable}", "-DPYCONV_NATIVE_ARCH=OFF", "-DCMAKE_CUDA_ARCHITECTURES=90",
-            f"-DPYCONV_MODULE_DIR={modules}"]
+    configure(src, build, modules, no_student)
+    return src, build, modules
+
+
+def configure(src: Path, build_dir: Path, modules: Path, student_dir: Path) -> str:
+    import pybind11
+
+    args = ["cmake", "-S", src, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
+            f"-Dpybind11_DIR={pybind11.get_cmake_dir()}", f"-DPython_EXECUTABLE={sys.executable}",
+            "-DPYCONV_NATIVE_ARCH=OFF", "-DCMAKE_CUDA_ARCHITECTURES=90", f"-DPYCONV_MODULE_DIR={modules}",
+            f"-DPYCONV_STUDENT_DIR={student_dir}"]
     if _cublas_root():
         args.append(f"-DPYCONV_CUBLAS_ROOT={_cublas_root()}")
     r = _run(args)
     assert r.returncode == 0, r.stdout + r.stderr
-    return src, build, modules
+    return r.stdout
 
 
 def build(build_dir: Path, target: str) -> None:
@@ -160,7 +169,8 @@ def build(build_dir: Path, target: str) -> None:
 
 def variants_of(modules: Path, module: str) -> list[dict]:
     """`module`.variants() from the built copy, in a child (the package's own modules stay loaded here)."""
-    code = f"import json, sys; sys.path.insert(0, {str(modules)!r}); import {module}; print(json.dumps({module}.variants()))"
+    code = (f"import json, sys; sys.path.insert(0, {str(modules)!r}); import {module}; "
+            f"print(json.dumps({module}.variants()))")
     r = _run([sys.executable, "-c", code])
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
@@ -179,11 +189,12 @@ def test_a_new_cpu_variant_file_is_registered_and_runs(tree):
 
     # It computes: the copy's module on random inputs against the numpy reference, and its support check.
     code = (
-        "import sys, numpy as np; sys.path.insert(0, %r); import _cpu\n"
+        f"import sys, numpy as np; sys.path.insert(0, {str(modules)!r}); import _cpu\n"
         "rng = np.random.default_rng(0)\n"
-        "x = rng.uniform(-1, 1, (2, 3, 9, 11)).astype(np.float32); k = rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)\n"
+        "x = rng.uniform(-1, 1, (2, 3, 9, 11)).astype(np.float32)\n"
+        "k = rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)\n"
         "np.save(sys.argv[1], np.stack([_cpu.conv('cpu-throwaway', x, k), _cpu.conv('cpu-naive', x, k)]))\n"
-        "print(_cpu.why_unsupported('cpu-throwaway', 1, 1, 9, 9, 1, 7))\n" % str(modules))
+        "print(_cpu.why_unsupported('cpu-throwaway', 1, 1, 9, 9, 1, 7))\n")
     out = src / "y.npy"
     r = _run([sys.executable, "-c", code, out])
     assert r.returncode == 0, r.stderr
@@ -236,3 +247,66 @@ def test_a_duplicate_name_or_step_is_refused_when_the_module_loads(tree, clash):
     else:
         assert "both claim step 7" in last
     assert "conv_cpu_throwaway.cpp" in last and "conv_cpu_duplicate.cpp" in last
+
+
+STUDENT_GLUE = r"""
+// A test's stand-in for the student glue: the student's header, registered as a CPU variant.
+#include "new-forward.h"
+#include "cpu/runtime/registry.hpp"
+// One header name in both native/ and the student's folder: the student's must win.
+#include "which_folder.h"
+static_assert(kWhichFolder == 2, "the student's folder must come before native/ on the include path");
+
+namespace pyconv {
+PYCONV_REGISTER_CPU_CONV(CpuConvVariant{
+    .name = "cpu-student",
+    .step = 100,
+    .summary = "the student's convolution",
+    .launch = student_conv,
+    .roles = {.m2 = on_request("a student's variant")},
+});
+}  // namespace pyconv
+"""
+
+STUDENT_HEADER = r"""
+#pragma once
+#include "common/conv_shape.hpp"
+
+inline void student_conv(const float* x, const float* k, float* y, const pyconv::ConvShape& s) {
+  for (int64_t i = 0; i < s.y_size(); ++i) y[i] = 0.0f;
+  (void)x;
+  (void)k;
+}
+"""
+
+
+def test_student_files_are_compiled_only_when_present(tmp_path):
+    """PYCONV_STUDENT_DIR: without new-forward.h the glue is skipped; with it, the glue is compiled with the
+    student's folder before native/ on the include path and its variant registers."""
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake not found")
+    src = tmp_path / "tree"
+    src.mkdir()
+    shutil.copy2(ROOT / "CMakeLists.txt", src / "CMakeLists.txt")
+    shutil.copytree(ROOT / "native", src / "native", ignore=shutil.ignore_patterns("__pycache__"))
+    glue = src / "native" / "student"
+    shutil.rmtree(glue, ignore_errors=True)
+    glue.mkdir()
+    (glue / "student_cpu.cpp").write_text(STUDENT_GLUE)
+    (src / "native" / "which_folder.h").write_text("#pragma once\nconstexpr int kWhichFolder = 1;\n")
+    student = tmp_path / "student"
+    student.mkdir()
+    (student / "which_folder.h").write_text("#pragma once\nconstexpr int kWhichFolder = 2;\n")
+    build_dir, modules = tmp_path / "build", tmp_path / "modules"
+
+    configure(src, build_dir, modules, student)  # no new-forward.h yet: skipped
+    build(build_dir, "_cpu")
+    assert [v["name"] for v in variants_of(modules, "_cpu")] == ["cpu-naive", "cpu-fast"]
+
+    (student / "new-forward.h").write_text(STUDENT_HEADER)
+    out = configure(src, build_dir, modules, student)
+    assert "_cpu includes the student's" in out
+    build(build_dir, "_cpu")
+    vs = variants_of(modules, "_cpu")
+    assert [v["name"] for v in vs] == ["cpu-naive", "cpu-fast", "cpu-student"]
+    assert vs[-1]["roles"]["m2"] == {"role": "on-request", "reason": "a student's variant"}

@@ -1,9 +1,8 @@
 // Step 0 -- gpu-baseline, the course's milestone-3 kernel: one thread per output element y[b][m][h][w], the
 // C*K*K taps read straight from global memory, no shared memory, no reuse beyond what the caches find.
 // A 2-D block covers a tile of (h, w); the grid's z dimension walks (b, m) so any batch size fits.
-// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
-// sp19 conv1 2.24 ms (+tanh+pool 2.77); sp19 conv2 8.66 ms; fa17 conv 6.81 ms (+tanh+pool 8.1).
-// cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
+// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
+// median of 20): this step's row per course layer, cuDNN's beside it.
 #include "cuda/runtime/registry.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 
@@ -34,7 +33,7 @@ __global__ void conv_fwd_gpu_baseline_kernel(const float* x, const float* k, flo
 
 // gridDim.z carries (b, m) pairs in slices of whole images, so M itself must fit in one slice (65535), and
 // gridDim.y carries the row tiles. Larger shapes are refused here instead of looping or failing at launch.
-std::string conv_fwd_gpu_baseline_supports(const ConvShape& s) {
+std::string conv_supports_gpu_baseline(const ConvShape& s) {
   if (s.M > 65535)
     return "gpu-baseline: M = " + std::to_string(s.M) + " output channels exceed the grid's z limit (65535)";
   if ((s.Ho() + TILE - 1) / TILE > 65535)
@@ -66,7 +65,7 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .step = 0,
     .summary = "milestone 3: one thread per output element, global memory only",
     .launch = conv_fwd_gpu_baseline,
-    .supports = conv_fwd_gpu_baseline_supports,
+    .supports = conv_supports_gpu_baseline,
     .roles = {.m3 = default_role(), .m4 = candidate(), .final = candidate()},
 });
 

@@ -2,9 +2,8 @@
 // tile it needs (TILE x TILE outputs + a K-1 halo) of one channel into shared memory, so every x element is read
 // from global memory once per (block, channel) instead of up to K*K times; the block loops over C.
 // Why: the baseline issues C*K*K global loads per output and leans on L1 to find the reuse.
-// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
-// sp19 conv1 2.86 ms (+tanh+pool 3.4); sp19 conv2 11.8 ms; fa17 conv 9.31 ms (+tanh+pool 10.6).
-// cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
+// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
+// median of 20): this step's row per course layer, cuDNN's beside it.
 // Predicted before measuring: roughly 1.5-2x faster than the baseline on sp19 conv2; little gain on conv1,
 // which is bound by writing its 464 MB output, and each block still reloads its tile once per output channel m.
 #include <climits>

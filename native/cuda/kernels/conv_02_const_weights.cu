@@ -4,9 +4,8 @@
 // Cost: the weights are copied device-to-device into the constant bank on the stream before every launch
 // (at most 64 KiB, a few microseconds). Because the bank is one per module, two launches of this variant on
 // different streams at the same time would race on it; the project launches it from one stream.
-// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
-// sp19 conv1 2.66 ms (+tanh+pool 3.19); sp19 conv2 10.9 ms; fa17 conv 8.63 ms (+tanh+pool 9.92).
-// cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
+// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
+// median of 20): this step's row per course layer, cuDNN's beside it.
 // Predicted before measuring: 1.1-1.3x over step 1 on sp19 conv2 (the inner loop loses its global weight
 // load); conv1 unchanged (output-write bound).
 #include <climits>

@@ -4,9 +4,8 @@
 // y[B][M][Ho][Wo]. Why: it turns the irregular convolution into the regular, well-understood GEMM loop.
 // Cost: U is K*K times larger than x and goes through global memory twice (write, then read), so this step is
 // expected to be SLOWER than steps 1-2 on the memory-bound conv1; it is the stepping stone to step 4.
-// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
-// sp19 conv1 7.56 ms (+tanh+pool 8.1); sp19 conv2 6.77 ms; fa17 conv 5.06 ms (+tanh+pool 6.34).
-// cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
+// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
+// median of 20): this step's row per course layer, cuDNN's beside it.
 // Predicted before measuring, batch 10000: sp19 conv1 ~1.5-2.5 ms (unrolled matrix 25 x 19.4M floats = 1.9 GB
 // written and read), conv2 ~1-1.5 ms (1.9 GB unrolled; a 16x16 tiled GEMM at ~10-15 TFLOP/s).
 //

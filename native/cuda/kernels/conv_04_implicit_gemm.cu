@@ -2,9 +2,8 @@
 // (16 rows of the C*K*K reduction x 16 output pixels) is gathered from x straight into shared memory, so the
 // unrolled matrix never exists in global memory and there is no second kernel or buffer.
 // Why: step 3 moves K*K times the input through DRAM twice; here the K*K-fold reuse is served from L1/L2.
-// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
-// sp19 conv1 4.54 ms (+tanh+pool 5.07); sp19 conv2 2.78 ms; fa17 conv 5.61 ms (+tanh+pool 6.9).
-// cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
+// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
+// median of 20): this step's row per course layer, cuDNN's beside it.
 // Predicted before measuring, batch 10000: sp19 conv1 ~0.6-0.9 ms, conv2 ~0.8-1.2 ms (the 16x16 one-output-
 // per-thread GEMM does 2 shared loads per FMA, so it is shared-memory bound near 10-15 TFLOP/s).
 #include <climits>

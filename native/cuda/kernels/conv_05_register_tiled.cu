@@ -8,9 +8,8 @@
 // Pixel columns of a thread are strided by NT (tn, tn+NT, ...) so a warp's loads and stores stay coalesced.
 // Configurations (chosen by M): M <= 8: 8x512 tile, 8x4 per thread; M <= 16: 16x512, 16x4; else 32x256, 16x4
 // (M = 50 runs as two 32-channel tiles).
-// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
-// sp19 conv1 0.743 ms (+tanh+pool 1.28); sp19 conv2 0.743 ms; fa17 conv 1.19 ms (+tanh+pool 2.48).
-// cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
+// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
+// median of 20): this step's row per course layer, cuDNN's beside it.
 // Predicted before measuring, batch 10000: sp19 conv1 ~0.35-0.5 ms (FMA waste: M=6 of 8 rows, 25 of 32
 // reduction rows), conv2 ~0.45-0.6 ms (~25-35 TFLOP/s on the 15.5 GFLOP).
 #include <climits>

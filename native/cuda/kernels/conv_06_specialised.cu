@@ -13,13 +13,12 @@
 // [fa18], each with two channel-group sizes MB (chosen at run time to waste the fewest channels for M).
 // Every other shape, and any shape whose band does not fit in shared memory, runs step 5's register-tiled
 // implicit GEMM (conv_fwd_gpu_register_tiled): the variant supports every shape step 5 supports.
-// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
-// sp19 conv1 0.336 ms (+tanh+pool 0.873); sp19 conv2 0.675 ms; fa17 conv 0.553 ms (+tanh+pool 1.84).
-// cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
+// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
+// median of 20): this step's row per course layer, cuDNN's beside it.
 // Then __launch_bounds__(256, 3) instead of (256, 2): 80 registers, no spills, theoretical occupancy 28% -> 37%
 // (Nsight Compute had shown issue slots 64% busy with 4.5 warps per scheduler: latency bound, not DRAM-bound at 9%).
-// Measured after (results/bench-nvidia-h200-2026-11-22-specialised-occupancy.json): sp19 conv2 0.675 -> 0.597 ms,
-// sp19 conv1 0.336 -> 0.333 ms, fa17 0.553 -> 0.556 ms.
+// Measured after: results/bench-nvidia-h200-2026-11-22-specialised-occupancy.json against the rows above: sp19 conv2
+// faster, sp19 conv1 and fa17 unchanged within noise.
 // Predicted before measuring, batch 10000: sp19 conv1 ~0.2-0.3 ms (near the 464 MB output-write floor),
 // conv2 ~0.35-0.5 ms (~60-70% of FMA peak; 162 work items per image over 192 threads).
 #include <algorithm>

@@ -10,9 +10,8 @@
 // the last bits) vary from run to run.
 // CG = ceil(C / ceil(C/8)) keeps the split even (C=6: 6 groups of 1 channel; C=12: 6 groups of 2); C = 1 gives
 // CG = 1 and 8 images per block, so single-channel layers keep full blocks.
-// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
-// sp19 conv1 1.74 ms (+tanh+pool 2.28); sp19 conv2 4.92 ms; fa17 conv 3.31 ms (+tanh+pool 4.6).
-// cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
+// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
+// median of 20): this step's row per course layer, cuDNN's beside it.
 // Predicted before measuring (H100, B=10000): sp19 conv2 ~0.9 ms (FFMA bound with L1 gathers, 15.5 GFLOP), sp19 conv1 ~0.35 ms.
 #include <cuda_runtime.h>
 
@@ -94,7 +93,7 @@ void conv_fwd_gpu_channel_parallel(const float* x, const float* k, float* y, con
   CUDA_CHECK_LAUNCH();
 }
 
-std::string conv_gpu_channel_parallel_unsupported(const ConvShape& s) {
+std::string conv_supports_gpu_channel_parallel(const ConvShape& s) {
   if (s.B > (1LL << 31) - 1 || s.C * s.H * s.W > (1LL << 31) - 1 || s.Ho() * s.Wo() > (1LL << 31) - 1 - 32)
     return "gpu-channel-parallel: an image or the batch is too large for 32-bit pixel indices";
   return "";
@@ -105,7 +104,7 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .step = 7,
     .summary = "several images per block, input channels split across warps, shared-memory reduction",
     .launch = conv_fwd_gpu_channel_parallel,
-    .supports = conv_gpu_channel_parallel_unsupported,
+    .supports = conv_supports_gpu_channel_parallel,
     .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
 });
 

@@ -14,9 +14,8 @@
 // inner loop is 1 LDS.128 + 2 LDS.32 per 8-pixel n-tile. Output goes through shared memory (aliasing the input
 // tile) so global stores are coalesced rows. Blocks loop over tiles and load the weights once when the whole
 // C*K*K depth fits one chunk (always for the course layers).
-// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
-// sp19 conv1 1.94 ms (+tanh+pool 2.48); sp19 conv2 1.06 ms; fa17 conv 2.3 ms (+tanh+pool 3.59).
-// cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
+// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
+// median of 20): this step's row per course layer, cuDNN's beside it.
 // Predicted before measuring (H100, B=10000): sp19 conv2 ~0.20 ms (3 MMAs per product, bounded by mma.sync issue and the 323 MB
 // of traffic), sp19 conv1 ~0.20 ms (M=6 pads to 16: 2.7x wasted MMA work, still memory bound at 556 MB),
 // fa17 (M=50 -> 64) ~0.40 ms (1.15 GB written).
@@ -250,7 +249,7 @@ size_t smem_bytes(const TcParams& p, const TensorCoreConfig& c) {
 }
 
 std::string tensor_core_supports(const ConvShape& s) {
-  return tensor_core_unsupported(tensor_core_default_config(s), s);
+  return tensor_core_config_supports(tensor_core_default_config(s), s);
 }
 
 }  // namespace
@@ -271,7 +270,7 @@ int tensor_core_default_config(const ConvShape& s) {
   return 8;
 }
 
-std::string tensor_core_unsupported(int config, const ConvShape& s) {
+std::string tensor_core_config_supports(int config, const ConvShape& s) {
   if (config < 0 || config >= int(tc_entries().size()))
     return "gpu-tensor-core: no configuration " + std::to_string(config);
   TcParams p{};
@@ -280,7 +279,7 @@ std::string tensor_core_unsupported(int config, const ConvShape& s) {
 
 void conv_fwd_gpu_tensor_core_config(int config, const float* x, const float* k, float* y, const ConvShape& s,
                                      cudaStream_t st) {
-  const std::string why = tensor_core_unsupported(config, s);
+  const std::string why = tensor_core_config_supports(config, s);
   if (!why.empty()) throw std::invalid_argument(why);
   const TcEntry& e = tc_entries()[size_t(config)];
   TcParams p{};
@@ -306,7 +305,7 @@ void conv_fwd_gpu_tensor_core(const float* x, const float* k, float* y, const Co
   conv_fwd_gpu_tensor_core_config(tensor_core_default_config(s), x, k, y, s, st);
 }
 
-std::string conv_gpu_tensor_core_unsupported(const ConvShape& s) { return tensor_core_supports(s); }
+std::string conv_supports_gpu_tensor_core(const ConvShape& s) { return tensor_core_supports(s); }
 
 PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .name = "gpu-tensor-core",
@@ -314,7 +313,7 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .summary = "implicit GEMM on tensor cores (mma.sync TF32), 3xTF32 split for ~fp32 accuracy",
     .precision = Precision::Tf32x3,
     .launch = conv_fwd_gpu_tensor_core,
-    .supports = conv_gpu_tensor_core_unsupported,
+    .supports = conv_supports_gpu_tensor_core,
     .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
 });
 

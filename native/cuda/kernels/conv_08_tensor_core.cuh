@@ -23,7 +23,7 @@ const std::vector<TensorCoreConfig>& tensor_core_configs();
 // The configuration step 8 uses when nothing better is known: chosen from M only.
 int tensor_core_default_config(const ConvShape& s);
 // "" when `config` can run `s`, else why not.
-std::string tensor_core_unsupported(int config, const ConvShape& s);
+std::string tensor_core_config_supports(int config, const ConvShape& s);
 // Queue the convolution with configuration `config` on `st` (device pointers; no synchronisation).
 void conv_fwd_gpu_tensor_core_config(int config, const float* x, const float* k, float* y, const ConvShape& s,
                                      cudaStream_t st);

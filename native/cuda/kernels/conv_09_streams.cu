@@ -11,9 +11,8 @@
 // Why: at B=10000 the sp19 input is 92 MB; at ~25-50 GB/s over PCIe (pinned) the copy alone is 2-4 ms, 10-20x
 // the convolution, so hiding compute behind the copy (not the reverse) is what this step buys: the layer costs
 // about copy time + one chunk of compute instead of copy + compute.
-// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
-// sp19 conv1 2.12 ms (+tanh+pool 2.66) incl. its host-to-device copy; sp19 conv2 2.29 ms incl. its host-to-device copy; fa17 conv 2.45 ms (+tanh+pool 3.74) incl. its host-to-device copy.
-// cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
+// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
+// median of 20): this step's row per course layer (its times include its host-to-device copy), cuDNN's beside it.
 // Predicted before measuring (H100 PCIe gen5 pinned ~50 GB/s, B=10000): sp19 conv1 including its copy ~1.9 ms (copy 1.8 ms),
 // vs copy-then-compute ~2.1 ms.
 #include <cuda_runtime.h>
@@ -76,7 +75,7 @@ void conv_fwd_gpu_streams(const float* x_host, const float* k, float* y, const C
       std::max(1LL, std::min({MAX_CHUNKS, (long long)s.B, (long long)((img * s.B * 4 + CHUNK_BYTES - 1) / CHUNK_BYTES)}));
   const long long per_chunk = (s.B + chunks - 1) / chunks;
   const int tc_config = tensor_core_default_config(s);
-  const bool use_tc = tensor_core_unsupported(tc_config, s).empty();
+  const bool use_tc = tensor_core_config_supports(tc_config, s).empty();
 
   pool.start.record(st);
   for (int i = 0; i < N_STREAMS; ++i) {
@@ -102,9 +101,9 @@ void conv_fwd_gpu_streams(const float* x_host, const float* k, float* y, const C
   }
 }
 
-std::string conv_gpu_streams_unsupported(const ConvShape& s) {
-  if (tensor_core_unsupported(tensor_core_default_config(s), s).empty()) return "";
-  return conv_gpu_channel_parallel_unsupported(s);
+std::string conv_supports_gpu_streams(const ConvShape& s) {
+  if (tensor_core_config_supports(tensor_core_default_config(s), s).empty()) return "";
+  return conv_supports_gpu_channel_parallel(s);
 }
 
 PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
@@ -114,7 +113,7 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .precision = Precision::Tf32x3,
     .x_on_host = true,
     .launch = conv_fwd_gpu_streams,
-    .supports = conv_gpu_streams_unsupported,
+    .supports = conv_supports_gpu_streams,
     .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = on_request(
                   "reads x from pinned host memory, and final keeps the activations on the device: it runs only "
                   "when named with --impl, and only on a network's first conv layer")},

@@ -17,9 +17,8 @@
 // The network's first layer reads the uint8 images as they arrived from the host (launch_u8): the widening to
 // float happens while a block stages its images, so the batch never exists as float32 in global memory (measured
 // in the sp19 network on an H200: the separate widening kernel took 66 us of 1.5 ms per batch of 10000).
-// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
-// sp19 conv1 0.244 ms (conv+tanh+pool); fa17 conv 0.601 ms (conv+tanh+pool).
-// cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
+// Measured (conv + tanh + pool): results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
+// median of 20): this step's row per course layer, cuDNN's beside it.
 // Predicted before measuring (H100, B=10000): sp19 conv1 fused ~0.10 ms; fa17 fused (if its layer pools) ~0.9 ms.
 #include <cuda_runtime.h>
 
@@ -218,7 +217,7 @@ void conv_fwd_gpu_fused_tanh_pool_u8(const uint8_t* x, const float* k, float* y,
   launch_fused(x, k, y, s, st);
 }
 
-std::string conv_gpu_fused_tanh_pool_unsupported(const ConvShape& s) {
+std::string conv_supports_gpu_fused_tanh_pool(const ConvShape& s) {
   if (s.C * s.H * s.W > (1LL << 31) - 1 || s.M * s.C * s.K * s.K > (1LL << 31) - 1)
     return "gpu-fused-tanh-pool: an image or the weights are too large for 32-bit offsets";
   return "";
@@ -233,7 +232,7 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .epilogue = Epilogue::TanhMaxPool2,
     .launch = conv_fwd_gpu_fused_tanh_pool,
     .launch_u8 = conv_fwd_gpu_fused_tanh_pool_u8,
-    .supports = conv_gpu_fused_tanh_pool_unsupported,
+    .supports = conv_supports_gpu_fused_tanh_pool,
     .roles = {.m3 = on_request(kNotM3), .m4 = candidate(), .final = default_role()},
 });
 

@@ -7,9 +7,8 @@
 // occupancy) and warps per block (tile size vs. ragged edges: 324 pixels of sp19 conv2 fill 384-pixel tiles,
 // 576 of fa17 fill 96-pixel tiles exactly) depends on the layer shape and the GPU, and is cheap to measure.
 // Configurations: tc-m{1,2,4}-n{3,4,6,8,12}-w{4,8} (see tensor_core_configs()).
-// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
-// sp19 conv1 1.94 ms (+tanh+pool 2.48); sp19 conv2 1.05 ms; fa17 conv 2.3 ms (+tanh+pool 3.59).
-// cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
+// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
+// median of 20): this step's row per course layer, cuDNN's beside it.
 // Predicted before measuring (H100, B=10000): 0-10% faster than step 8 per layer: sp19 conv2 ~0.18 ms, fa17 ~0.36 ms.
 #include <cuda_runtime.h>
 
@@ -26,7 +25,7 @@ namespace {
 
 int config_for(const ConvShape& s) {
   const int tuned = autotune_get(s);
-  if (tuned >= 0 && tensor_core_unsupported(tuned, s).empty()) return tuned;
+  if (tuned >= 0 && tensor_core_config_supports(tuned, s).empty()) return tuned;
   return tensor_core_default_config(s);
 }
 
@@ -37,7 +36,7 @@ std::vector<std::string> tensor_core_config_names() {
 }
 
 // What the runtime's sweep (cuda/runtime/autotune.cuh) times and records: step 8's configurations.
-const TunableFamily kTensorCoreFamily{tensor_core_config_names, tensor_core_unsupported,
+const TunableFamily kTensorCoreFamily{tensor_core_config_names, tensor_core_config_supports,
                                       conv_fwd_gpu_tensor_core_config};
 
 }  // namespace
@@ -46,8 +45,8 @@ void conv_fwd_gpu_autotuned(const float* x, const float* k, float* y, const Conv
   conv_fwd_gpu_tensor_core_config(config_for(s), x, k, y, s, st);
 }
 
-std::string conv_gpu_autotuned_unsupported(const ConvShape& s) {
-  return tensor_core_unsupported(tensor_core_default_config(s), s);
+std::string conv_supports_gpu_autotuned(const ConvShape& s) {
+  return tensor_core_config_supports(tensor_core_default_config(s), s);
 }
 
 PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
@@ -56,7 +55,7 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .summary = "tensor-core kernel with its tile configuration chosen per layer shape by measurement",
     .precision = Precision::Tf32x3,
     .launch = conv_fwd_gpu_autotuned,
-    .supports = conv_gpu_autotuned_unsupported,
+    .supports = conv_supports_gpu_autotuned,
     .tunable = &kTensorCoreFamily,
     .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
 });

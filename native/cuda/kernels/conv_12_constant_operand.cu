@@ -26,9 +26,8 @@
 // (1, 5, 50; 1) fa17 (P=2 spilled), (1, 7, 12; 4) fa18 conv1. Not fa18 conv2 (12, 7, 24): its 14,112 weights
 // nearly fill the 64 KB bank and one c step alone would unroll to K*K*M*P = 4,704+ FFMAs. Every other shape, and images too large for shared memory, run step 6
 // (conv_fwd_gpu_specialised, itself falling back to step 5): the variant supports every shape step 6 supports.
-// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-22.json):
-// sp19 conv1 0.363 ms (+tanh+pool 0.899); sp19 conv2 0.762 ms; fa17 conv 0.649 ms (+tanh+pool 1.94).
-// cuDNN fp32 on the same layers: 2.23 ms, 1.03 ms, 1.16 ms (conv+tanh+pool: 2.81, -, 2.54).
+// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
+// median of 20): this step's row per course layer, cuDNN's beside it.
 // Predicted before measuring, H200, B=10000: sp19 conv2 ~0.30-0.33 ms (~75-80% of the 0.239 ms FFMA floor:
 // ~90% FFMA issue in the loop, 16 warps/SM, staging and stores outside it); fa17 ~0.35-0.45 ms (P=1: one
 // ULDC.64 per 2 FFMA, so ~65% FFMA issue against a 0.22 ms FFMA / 0.29 ms write floor); sp19 conv1 un-fused

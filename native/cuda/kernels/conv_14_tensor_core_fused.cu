@@ -20,13 +20,13 @@
 // up to 96 KB).
 // Predicted before measuring (H200, sp19 conv1, B=10000): ~0.1 ms, bound by the 16 shared loads per 4 MMAs
 // (21 M warp-wide loads, ~0.08 ms) with the 23 MB in and 116 MB out (~0.04 ms) overlapping.
-// Measured (NVIDIA H200, batch 10000, median of 20, `invoke bench`, results/bench-nvidia-h200-2026-11-23.json),
-// conv + tanh + pool: sp19 conv1 0.297 ms (step 10 0.243), sp18 conv1 0.485 (step 10 0.452), fa17 0.515 (step 10
-// 0.602), fa18 conv1 1.14 (step 10 1.65); cuDNN conv2d + tanh + pool 2.74, 3.33, 2.58, 10.3. The first version
-// (index arithmetic per 16-pixel tile, weights spilled) ran sp19 conv1 at 0.434 ms. With 6 output channels the
-// gathers, not the MMAs, bound it: step 10's register-blocked FFMA stays ahead there.
-// Not used by final: in the fa17 network (ece408-high) its TF32 rounding moved one label of 10000 against
-// PyTorch's float32 network (pyconv/tuning.py, FINAL_EXCLUDED).
+// Measured (conv + tanh + pool): results/bench-nvidia-h200-2026-11-23.json (`invoke bench`, NVIDIA H200, batch
+// 10000, median of 20): behind step 10 on sp19 and sp18 conv1, ahead of it on fa17 and fa18 conv1, far ahead of
+// cuDNN conv2d + tanh + pool everywhere. The first version (index arithmetic per 16-pixel tile, weights spilled)
+// ran sp19 conv1 at 0.434 ms. With 6 output channels the gathers, not the MMAs, bound it: step 10's
+// register-blocked FFMA stays ahead there.
+// Not chosen by final: in the fa17 network (ece408-high) its TF32 rounding moved one label of 10000 against
+// PyTorch's float32 network (the reason in its final role, below).
 #include <cuda_runtime.h>
 
 #include <algorithm>

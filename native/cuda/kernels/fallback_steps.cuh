@@ -15,6 +15,6 @@ std::string conv_supports_gpu_register_tiled(const ConvShape& s);
 void conv_fwd_gpu_specialised(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
 std::string conv_supports_gpu_specialised(const ConvShape& s);
 void conv_fwd_gpu_channel_parallel(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
-std::string conv_gpu_channel_parallel_unsupported(const ConvShape& s);
+std::string conv_supports_gpu_channel_parallel(const ConvShape& s);
 
 }  // namespace pyconv

@@ -53,7 +53,7 @@ double autotune_time_config(int config, const float* x, const float* k, float* y
   const TunableFamily* f = family();
   if (!f) throw std::invalid_argument("autotune: this build has no variant with tunable configurations");
   if (reps < 1) throw std::invalid_argument("autotune: reps must be >= 1");
-  const std::string why = f->unsupported(config, s);
+  const std::string why = f->supports(config, s);
   if (!why.empty()) throw std::invalid_argument(why);
   Stream st;
   f->launch(config, x, k, y, s, st.get());  // warm-up: caches, clocks, attributes

@@ -29,7 +29,7 @@ using ConvSupportsFn = std::string (*)(const ConvShape& s);
 // ladder order that has one.
 struct TunableFamily {
   std::vector<std::string> (*configs)();                       // names; a configuration's number is its index
-  std::string (*unsupported)(int config, const ConvShape& s);  // "" when `config` can run s
+  std::string (*supports)(int config, const ConvShape& s);    // "" when `config` can run s, else why not
   void (*launch)(int config, const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
 };
 
