@@ -24,7 +24,7 @@ import pytest
 from conftest import ROOT, assert_close, random_conv_inputs, random_conv_shapes
 from student_variants import skip_if_unstarted
 
-from pyconv import archs, reference
+from pyconv.core import archs, reference
 
 NATIVE = ROOT / "native"
 SLOT = NATIVE / "student"
