@@ -124,15 +124,16 @@ def milestone(c, m=None, batch="10000", model="ece408", impl=None, fallback=Fals
 
 @task(help={"m": "milestone: 2, 3, 4 or final", "batch": "number of images, 1..10000 (default 10000)",
             "model": "model name (default ece408)", "impl": "as for `invoke milestone`",
-            "fallback": "as for `invoke milestone`"})
+            "fallback": "as for `invoke milestone`",
+            "gpu": "explain for this GPU by name (e.g. 'NVIDIA H200'; default: the visible one)"})
 @user_errors
-def plan(c, m=None, batch="10000", model="ece408", impl=None, fallback=False):
+def plan(c, m=None, batch="10000", model="ece408", impl=None, fallback=False, gpu=None):
     """What a milestone would run, and why: the variant per conv layer, the FC math, the precision, the pipeline."""
     from pyconv.tools import milestones
 
     if m is None:
         raise Exit("error: --m is required (2, 3, 4 or final)", code=1)
-    print("\n".join(milestones.explain(m, batch=batch, model=model, impl=impl, fallback=fallback)))
+    print("\n".join(milestones.explain(m, batch=batch, model=model, impl=impl, fallback=fallback, gpu_name=gpu)))
 
 
 @task(help={"results": "folder of bench JSON files (default results/); the files go to <folder>/evidence/"})

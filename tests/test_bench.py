@@ -493,6 +493,21 @@ def test_gpu_layer_bookkeeping_with_a_stand_in(tmp_path, rng, monkeypatch):
     assert conv1["cudnn"] == {"error": "PyTorch with CUDA is not installed: no cuDNN column"}
     assert "Stand-in GPU" in lines[-1] and "fake-fused (conv+tanh+pool)" in lines[-1]
     assert all(g["met"] is None for g in result["goals"])  # no course layer at batch 10000 here
+    assert not any(line.startswith("updated ") for line in lines)  # --out outside results/: no evidence file
+
+    # Written to the results folder (the default destination): this GPU's evidence file follows the run.
+    from pyconv import evidence
+    from pyconv.core import paths
+
+    monkeypatch.setattr(paths, "RESULTS", tmp_path / "results")
+    lines.clear()
+    _, dest = bench.run(model=str(path), batch=40, reps=3, warmup=1, gpu=True, echo=lines.append)
+    assert dest.parent == tmp_path / "results"
+    ev = evidence.load(tmp_path / "results" / "evidence" / "stand-in-gpu.json")
+    assert lines[-2] == f"updated {ev.path}" and lines[-3] == f"wrote {dest}"
+    assert [t.variant for t in ev.ranking((1, 14, 14, 4, 5, True))] == ["fake-fused", "fake-plain"]
+    assert [t.variant for t in ev.ranking((4, 5, 5, 8, 3, False))] == ["fake-plain", "fake-picky"]
+    assert all(t.source == dest.name for t in ev.ranking((4, 5, 5, 8, 3, False)))
 
 
 def test_model_digest_names_the_exact_weights():

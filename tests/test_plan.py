@@ -263,3 +263,16 @@ def test_the_plan_on_a_gpu_without_evidence_uses_the_h200s_in_float32(name, tmp_
     assert p.impls == CHANGED_ELSEWHERE.get(name, BEFORE_ELSEWHERE[name]) and p.fc_math == "fp32"
     assert p.precision == "float32: no end-to-end bench of these weights on this GPU has checked TF32"
     assert all("no evidence for NVIDIA H100 80GB HBM3" in c.why for c in p.layers)
+
+
+@requires_gpu_module
+def test_invoke_plan_explains_a_milestone_for_a_gpu_by_name():
+    from pyconv.tools import milestones
+
+    lines = milestones.explain("final", batch=100, model="ece408", gpu_name="NVIDIA H200")
+    assert lines[0] == "for NVIDIA H200" and lines[1].startswith("final on the GPU: TF32 allowed")
+    assert lines[3].startswith("conv layer 1 (conv1: C=1 48x48") and ": gpu-fused-tanh-pool -- fastest" in lines[3]
+    with pytest.raises(PyconvError, match="--impl gpu-fused-tanh-pool cannot run conv layer 2"):
+        milestones.explain("4", batch=100, model="ece408", impl="gpu-fused-tanh-pool", gpu_name="NVIDIA H200")
+    with pytest.raises(PyconvError, match="milestone 1 runs PyTorch's own convolutions"):
+        milestones.explain("1")

@@ -51,24 +51,27 @@ def load_inputs(model: Model, batch: int) -> tuple[np.ndarray, np.ndarray]:
     return data.load_test(model.input_size, batch)
 
 
-def make_plan(m: str, model: Model, batch: int, impl: str | None = None, fallback: bool = False) -> Plan:
-    """What milestone m (2, 3, 4 or final) runs for `model` at this batch. final reads this GPU's evidence
-    (results/evidence/<gpu>.json, pyconv.evidence), the others need none."""
+def make_plan(m: str, model: Model, batch: int, impl: str | None = None, fallback: bool = False,
+              gpu_name: str | None = None) -> Plan:
+    """What milestone m (2, 3, 4 or final) runs for `model` at this batch. final reads the evidence of this GPU
+    (or of the GPU named gpu_name, which needs none visible): results/evidence/<gpu>.json, pyconv.evidence."""
     sites = conv_sites(model, batch)
     if m == "2":
         return plan(m, sites, variants.cpu_variants(), None, impl)
-    g = native.gpu()
-    ev = evidence.for_gpu(g.device_info()["name"]) if m == "final" and impl is None else None
+    if gpu_name is None:
+        gpu_name = native.gpu().device_info()["name"]
+    ev = evidence.for_gpu(gpu_name) if m == "final" and impl is None else None
     return plan(m, sites, variants.gpu_variants(), ev, impl, model_digest=model.digest(), fallback=fallback)
 
 
-def explain(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
-            fallback: bool = False) -> list[str]:
-    """The plan milestone m would run, in words (`invoke plan`)."""
+def explain(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None, fallback: bool = False,
+            gpu_name: str | None = None) -> list[str]:
+    """The plan milestone m would run, in words (`invoke plan`); gpu_name: for that GPU, without one visible."""
     m = check_milestone(m)
     if m == "1":
         raise PyconvError("milestone 1 runs PyTorch's own convolutions: it has no plan (explain 2, 3, 4 or final)")
-    return make_plan(m, load_model(model), check_batch(batch), impl, fallback).lines()
+    p = make_plan(m, load_model(model), check_batch(batch), impl, fallback, gpu_name)
+    return ([f"for {gpu_name}"] if gpu_name and p.device == "gpu" else []) + p.lines()
 
 
 def run_planned(m: str, model: Model, x: np.ndarray, labels: np.ndarray, impl: str | None = None, gpus: str = "1",
