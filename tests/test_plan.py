@@ -222,6 +222,12 @@ def _model(name, tmp_path_factory=None):
 MODELS = [pytest.param(n, marks=needs_course) if n == "course-sp19" else n for n in BEFORE]
 
 
+# The GPU registry when BEFORE was recorded (steps 0-14).
+LADDER_BEFORE = ("gpu-baseline", "gpu-shared-tiled", "gpu-const-weights", "gpu-unroll-gemm", "gpu-implicit-gemm",
+                 "gpu-register-tiled", "gpu-specialised", "gpu-channel-parallel", "gpu-tensor-core", "gpu-streams",
+                 "gpu-fused-tanh-pool", "gpu-autotuned", "gpu-constant-operand", "gpu-tensor-core-tf32",
+                 "gpu-tensor-core-fused")
+
 @requires_gpu_module
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("batch", [10000, 1])
@@ -242,7 +248,7 @@ def test_the_plan_on_an_h200_equals_what_the_milestones_chose_before(name, batch
     n = len(sites)
     assert plan.plan("3", sites, vs).impls == ["gpu-baseline"] * n
     assert plan.plan("4", sites, vs).impls == [SPEC] * n
-    for v in vs:
+    for v in (v for v in vs if v.name in LADDER_BEFORE):  # variants added since have no recorded choice
         expected = want["impl"].get(v.name, [v.name] * n)
         assert plan.plan("4", sites, vs, impl=v.name, fallback=True).impls == expected, v.name
         if expected != [v.name] * n:  # issue 13: no silent substitution without --fallback
