@@ -570,12 +570,12 @@ def summary_table(results: list[tuple[str, BenchResult]]) -> Table:
                 cols.setdefault(layer.arch, f"{SEMESTERS[layer.arch]}, {layer.H}x{layer.W}")
         gpu = _machine(r, True)
         for arch, layers in by_arch.items():
-            def total(pick):
-                vals = [pick(layer) for layer in layers]
+            def total(pick, layers=layers):
+                vals = [pick(site) for site in layers]
                 return None if any(v is None for v in vals) else sum(vals)
 
             def variant_ms(name):
-                return lambda layer: next((v.ms.median for v in layer.variants if v.variant == name and v.ms), None)
+                return lambda site: next((v.ms.median for v in site.variants if v.variant == name and v.ms), None)
 
             put("base", "m3 `gpu-baseline`, conv layers (ms)", gpu, arch, total(variant_ms("gpu-baseline")))
             put("best", "fastest variant per layer, conv layers (ms)", gpu, arch,
