@@ -156,11 +156,16 @@ def profile(c, m=None, batch="10000", model="ece408", impl=None):
 @task
 @user_errors
 def models(c):
-    """List the available models with their architecture."""
+    """List the available models with their architecture (a damaged model file is listed as unreadable)."""
+    from pyconv.errors import PyconvError, one_line
     from pyconv.model import available_models, load_model
 
     for name in available_models():
-        m = load_model(name)
+        try:
+            m = load_model(name)
+        except PyconvError as e:  # one damaged file in imported/ must not hide the others
+            print(f"{name:16s} unreadable: {one_line(e)}")
+            continue
         print(f"{name:16s} {m.arch:6s} {m.summary()}")
 
 

@@ -51,7 +51,7 @@ import numpy as np
 from . import paths, reference
 from .checks import as_int
 from .errors import PyconvError
-from .fileio import atomic_path
+from .fileio import atomic_path, check_writable
 from .model import DEFAULT_MODEL, Model
 
 FORMAT = "pyconv-bench"
@@ -865,6 +865,11 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
     batch_given = batch is not None
     batch = check_batch(batch if batch_given else GOAL_BATCH)
     warmup = _check_count(WARMUP if warmup is None else warmup, "--warmup", 0)
+    if reps is not None:
+        _check_count(reps, "--reps", 1)
+    # Where the JSON goes is checked now: a benchmark takes minutes, and an unwritable --out found at the end
+    # would lose them (the default name, known only after the run, lies in results/).
+    check_writable(Path(out) if out else paths.RESULTS / f"bench-{os.getpid()}.json", "--out")
     parts, note = parse_parts(cpu, gpu, end_to_end, _gpu_available())
     if note:
         echo(note)

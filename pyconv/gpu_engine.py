@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .checks import as_int
 from .errors import PyconvError
 from .model import Model
 
@@ -187,7 +188,7 @@ def parse_gpus(gpus) -> int:
     if text == "all":
         return visible
     try:
-        n = int(text)
+        n = as_int(text)
     except ValueError:
         raise PyconvError(f"--gpus must be a positive integer or 'all', got '{gpus}'") from None
     if n < 1:

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import data, timelog
+from . import data, paths, timelog
 from .checks import as_int
-from .errors import PyconvError
+from .errors import PyconvError, one_line
 from .model import DEFAULT_MODEL, Model, load_model
 
 MILESTONES = ("1", "2", "3", "4", "final")
@@ -101,7 +101,7 @@ def _child(argv: list[str]) -> int:
 
             run_gpu_milestone(m, model, x, labels, impl=a.impl, gpus=a.gpus)
     except PyconvError as e:
-        print(f"error: {e}", flush=True)
+        print(f"error: {one_line(e)}", flush=True)
         return 2
     finally:
         # Flush the trace while the CUDA context and the modules are alive, not from an exit handler.
@@ -114,12 +114,13 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
     """Validate, then run the milestone in a child under the /usr/bin/time-style logger. Returns the exit code."""
     m = check_milestone(m)
     batch = check_batch(batch)
-    load_model(model)  # fail here, in one line, before starting a child
+    loaded = load_model(model)  # fail here, in one line, before starting a child
     if m == "2" and impl is not None and impl not in CPU_IMPLS:
         raise PyconvError(f"milestone 2 runs on the CPU: --impl must be one of {', '.join(CPU_IMPLS)}")
     if device not in ("cpu", "gpu", "both"):
         raise PyconvError(f"--device must be cpu, gpu or both, got '{device}'")
-    data.require_data()
+    data.check(loaded.input_size)  # a foreign or damaged data file is named here, not in the child
+    env = paths.python_env(env)
     if m in ("3", "4", "final"):
         from .gpu_engine import gpu_module
 
@@ -135,10 +136,11 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
     if impl:
         argv += ["--impl", impl]
     tag = f"m{m}-{Path(model).stem}-b{batch}" + (f"-{impl}" if impl else "")
+    timelog.check_log_folder(tag)
     if m != "2":
         # CUDA loads kernels lazily by default: the first launch of each would load its module inside the
         # timed convolution. Load them when the context is created instead (the user's own choice wins).
-        env = {**os.environ, "CUDA_MODULE_LOADING": os.environ.get("CUDA_MODULE_LOADING", "EAGER"), **(env or {})}
+        env = {"CUDA_MODULE_LOADING": os.environ.get("CUDA_MODULE_LOADING", "EAGER"), **env}
     code, log, _ = timelog.run_timed(argv, tag=tag, posix=posix, env=env)
     print(f"log: {log}")
     return code
@@ -162,8 +164,9 @@ def _run_m1(batch: int, model: str, device: str, posix: bool, env: dict | None) 
             continue
         argv = [sys.executable, "-m", "pyconv.milestones", "--m", "1", "--batch", str(batch),
                 "--model", model, "--device", dev]
-        sub_code, log, _ = timelog.run_timed(argv, tag=f"{sub}-{Path(model).stem}-b{batch}", posix=posix,
-                                             env=env)
+        tag = f"{sub}-{Path(model).stem}-b{batch}"
+        timelog.check_log_folder(tag)
+        sub_code, log, _ = timelog.run_timed(argv, tag=tag, posix=posix, env=env)
         print(f"log: {log}")
         code = code or sub_code
     return code

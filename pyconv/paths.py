@@ -14,3 +14,13 @@ LOGS = Path(os.environ.get("PYCONV_LOGS", ROOT / "logs"))
 RESULTS = ROOT / "results"
 # The course's own checkpoints live beside the project and are never copied into it.
 COURSE_MODELS = Path(os.environ.get("PYCONV_COURSE_MODELS", ROOT.parent / "shared" / "course-models"))
+
+
+def python_env(env: dict | None = None) -> dict:
+    """`env` (default: this process's environment) with this checkout first on PYTHONPATH, so that a child
+    `python -m pyconv.<module>` imports this package from any working directory (the user's stays the child's,
+    so relative paths they gave keep their meaning)."""
+    env = dict(os.environ if env is None else env)
+    rest = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + rest if rest else "")
+    return env

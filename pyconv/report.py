@@ -6,6 +6,7 @@ and Markdown (`markdown_tables`, what the report and the README show). Every num
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from . import paths
 from .errors import PyconvError
-from .fileio import atomic_path, write_text_atomic
+from .fileio import atomic_path, check_writable, read_bounded, write_text_atomic
 
 README = paths.ROOT / "README.md"
 BEGIN = "<!-- bench:begin -->"
@@ -33,19 +34,43 @@ class Table:
 # Reading
 
 
+MAX_BENCH_BYTES = 64 << 20  # the largest bench file in results/ is under 100 KB
+# Top-level fields and the JSON types report reads them as (None allowed where a part did not run).
+_FIELDS = {"parts": list, "date": str, "commit": str, "host_cpu": dict, "gpu": dict, "settings": dict,
+           "roofline": dict, "layers": list, "cpu": list, "end_to_end": list, "goals": list, "host_load": dict,
+           "torch": dict}
+
+
 def load(path: str | os.PathLike) -> dict:
     path = Path(path)
+    text = read_bounded(path, MAX_BENCH_BYTES, "benchmark file")
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PyconvError(f"benchmark file {path} does not exist (run `invoke bench`)") from None
-    except (OSError, json.JSONDecodeError) as e:
+        data = json.loads(text)
+    except RecursionError:
+        raise PyconvError(f"benchmark file {path} is nested too deeply to be a bench result") from None
+    except (ValueError, UnicodeDecodeError) as e:
         raise PyconvError(f"benchmark file {path} is unreadable: {e}") from None
     from .bench import FORMAT, VERSION
 
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
         raise PyconvError(f"{path} is not a {FORMAT} v{VERSION} file")
+    for key, kind in _FIELDS.items():
+        if data.get(key) is not None and not isinstance(data[key], kind):
+            raise PyconvError(f"benchmark file {path}: field '{key}' must be a JSON {kind.__name__.replace('dict', 'object')}"
+                              f", got {type(data[key]).__name__}")
     return data
+
+
+@contextlib.contextmanager
+def _reading(name: str):
+    """Rendering reads many nested fields: one that is missing or of the wrong type becomes one line naming the
+    file, not a traceback."""
+    try:
+        yield
+    except KeyError as e:
+        raise PyconvError(f"benchmark file {name} is incomplete: a record lacks the field {e}") from None
+    except (TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as e:
+        raise PyconvError(f"benchmark file {name} has a field of the wrong type or value ({e})") from None
 
 
 PARTS = (("layers", "GPU convolution ladder"), ("end_to_end", "End-to-end inference"), ("cpu", "CPU convolutions"))
@@ -357,14 +382,17 @@ def markdown_tables(result: dict) -> str:
 # Plots
 
 
-def _save(fig, dest: Path) -> Path:
-    with atomic_path(dest, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    return dest
+def _save(fig, dest: Path) -> tuple[Path, bytes]:
+    """The PNG rendered in memory: written only once every plot and the page have rendered."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return dest, buf.getvalue()
 
 
 def _bar_panels(groups: list[tuple[str, list[tuple[str, float, str]]]], xlabel: str, log: bool, dest: Path,
-                title: str) -> Path:
+                title: str) -> tuple[Path, bytes]:
     """One horizontal bar panel per group (title, [(label, value, colour)])."""
     import matplotlib
 
@@ -402,9 +430,10 @@ def _bar_panels(groups: list[tuple[str, list[tuple[str, float, str]]]], xlabel: 
 OURS, FUSED, THEIRS = "tab:blue", "tab:green", "tab:orange"
 
 
-def plot_files(result: dict, stem: Path) -> list[Path]:
-    """PNGs beside the report: GPU op time per variant per layer (log scale), GPU % of roofline per variant per
-    layer, CPU op time per variant per layer (log scale). Only the plots the JSON has data for."""
+def plot_files(result: dict, stem: Path) -> list[tuple[Path, bytes]]:
+    """PNGs beside the report, rendered (path, bytes) but not yet written: GPU op time per variant per layer (log
+    scale), GPU % of roofline per variant per layer, CPU op time per variant per layer (log scale). Only the
+    plots the JSON has data for."""
     written = []
     layers = result.get("layers", [])
     if layers:
@@ -458,8 +487,9 @@ def combined_markdown(results: list[tuple[str, dict]]) -> str:
     """Each result's tables under a heading naming the file it came from."""
     blocks = []
     for name, result in results:
-        what = ", ".join(title for key, title in PARTS if result.get(key)) or "benchmark"
-        blocks.append(f"### {what} (`results/{name}`)\n\n" + markdown_tables(result).rstrip())
+        with _reading(name):
+            what = ", ".join(title for key, title in PARTS if result.get(key)) or "benchmark"
+            blocks.append(f"### {what} (`results/{name}`)\n\n" + markdown_tables(result).rstrip())
     return "\n\n".join(blocks) + "\n"
 
 
@@ -475,17 +505,24 @@ def report_markdown(results: list[tuple[str, dict]], images: list[str]) -> str:
 def write_report(json_path: str | os.PathLike | None = None,
                  out: str | os.PathLike | None = None) -> tuple[Path, list[Path]]:
     """Report page + plots from bench JSON files (default: the newest of each kind in results/)."""
-    sources = sources_of(json_path)
-    results = [(src.name, load(src)) for src in sources]
     dest = Path(out) if out else DEFAULT_OUT
     if dest.suffix != ".md":
         raise PyconvError(f"--out must name a .md file, got {dest}")
-    pngs: list[Path] = []
-    for i, (_, result) in enumerate(results):
+    check_writable(dest, "report")
+    sources = sources_of(json_path)
+    results = [(src.name, load(src)) for src in sources]
+    plots: list[tuple[Path, bytes]] = []
+    for i, (name, result) in enumerate(results):
         stem = dest.with_suffix("") if len(results) == 1 else dest.with_name(f"{dest.stem}-{i + 1}")
-        pngs += plot_files(result, stem)
-    write_text_atomic(dest, report_markdown(results, [p.name for p in pngs]))
-    return dest, pngs
+        with _reading(name):
+            plots += plot_files(result, stem)
+    # Every table and plot has rendered (or failed in one line) before the first file is written.
+    page = report_markdown(results, [p.name for p, _ in plots])
+    for p, png in plots:
+        with atomic_path(p) as tmp:
+            tmp.write_bytes(png)
+    write_text_atomic(dest, page)
+    return dest, [p for p, _ in plots]
 
 
 def replace_between_markers(text: str, block: str, BEGIN: str = BEGIN, END: str = END) -> str:

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import paths
 from .errors import PyconvError
-from .fileio import write_text_atomic
+from .fileio import check_writable, write_text_atomic
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # Exit status compute-sanitizer gives the child when it found errors: distinct from the child's own failures
@@ -277,7 +277,7 @@ def _run(cmd: list[str], timeout: float) -> tuple[int, str, float, str]:
     start = time.monotonic()
     try:
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
-                           cwd=paths.ROOT)
+                           env=paths.python_env())
         return r.returncode, r.stdout, time.monotonic() - start, ""
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
@@ -327,6 +327,7 @@ def run_sanitize(tools: str | None = None, variants: str | None = None, mileston
         data.require_data()
     if not g.available():
         raise PyconvError("no CUDA GPU is visible: compute-sanitizer needs one to run the kernels")
+    check_writable(paths.LOGS / f"sanitize-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json", "log")
     sanitizer = find_sanitizer()
     version = subprocess.run([str(sanitizer), "--version"], capture_output=True, text=True).stdout.strip()
     version = version.splitlines()[-1] if version else "unknown version"

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import PyconvError
-from .fileio import atomic_path
+from .fileio import atomic_path, read_bounded
 from .paths import RESULTS
 
 TUNING_DIR = RESULTS / "tuning"
@@ -58,12 +58,24 @@ def _check_shape(shape: Sequence[int]) -> Shape:
     return B, C, H, W, M, K
 
 
+MAX_JSON_BYTES = 64 << 20  # tuning caches and bench files are kilobytes
+
+
+def _json(path: Path):
+    """A JSON file read up to MAX_JSON_BYTES; PyconvError when it is not one."""
+    try:
+        return json.loads(read_bounded(path, MAX_JSON_BYTES, "JSON file"))
+    except (RecursionError, ValueError) as e:
+        raise PyconvError(f"{path} is not readable JSON ({type(e).__name__})") from None
+
+
 def _read(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        data = _json(path)
+    except PyconvError as e:
         raise PyconvError(f"tuning cache {path} is unreadable: {e}") from None
-    if data.get("format") != FORMAT or data.get("version") != VERSION or not isinstance(data.get("entries"), list):
+    if (not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION
+            or not isinstance(data.get("entries"), list) or not all(isinstance(e, dict) for e in data["entries"])):
         raise PyconvError(f"tuning cache {path} is not a {FORMAT} v{VERSION} file")
     return data
 
@@ -111,9 +123,12 @@ def load_cache(gpu_name: str) -> int:
     applied = 0
     for e in data["entries"]:
         name = e.get("config")
-        if name not in configs:
+        if not isinstance(name, str) or name not in configs:
             continue
-        B, C, H, W, M, K = _check_shape(e.get("shape", ()))
+        shape = e.get("shape", ())
+        if not isinstance(shape, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in shape):
+            raise PyconvError(f"tuning cache {path}: entry shape {str(shape)[:60]} is not six integers")
+        B, C, H, W, M, K = _check_shape(shape)
         g.autotune_set(B, C, H, W, M, K, configs.index(name))
         applied += 1
     return applied
@@ -166,16 +181,17 @@ def precision_verdict(model_digest: str, gpu_name: str, results: Path | None = N
     the model."""
     best = None
     for p in (results or RESULTS).glob("bench-e2e-*.json"):
-        try:
-            doc = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError):
+        try:  # a damaged or foreign file is no evidence: skipped, like a missing one
+            doc = _json(p)
+            if (doc.get("gpu") or {}).get("name") != gpu_name:
+                continue
+            for e in doc.get("end_to_end", []):
+                if e.get("model_digest") == model_digest and isinstance(e.get("reduced_precision_ok"), bool):
+                    date = str(doc.get("date", ""))
+                    if best is None or date > best[0]:
+                        best = (date, e)
+        except (PyconvError, AttributeError, TypeError):
             continue
-        if (doc.get("gpu") or {}).get("name") != gpu_name:
-            continue
-        for e in doc.get("end_to_end", []):
-            if e.get("model_digest") == model_digest and "reduced_precision_ok" in e:
-                if best is None or doc.get("date", "") > best[0]:
-                    best = (doc.get("date", ""), e)
     return dict(best[1], bench_date=best[0]) if best else None
 
 
@@ -189,14 +205,22 @@ def bench_winners(gpu_name: str, results: Path = RESULTS, exclude: Iterable[str]
     files = []
     for p in results.glob("bench-*.json"):
         try:
-            doc = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError):
+            doc = _json(p)
+            if (doc.get("gpu") or {}).get("name") == gpu_name and doc.get("layers"):
+                files.append((str(doc.get("date", "")), doc))
+        except (PyconvError, AttributeError, TypeError):
             continue
-        if (doc.get("gpu") or {}).get("name") == gpu_name and doc.get("layers"):
-            files.append((doc.get("date", ""), doc))
     if not files:
         return {}
     doc = max(files, key=lambda f: f[0])[1]
+    try:
+        return _winners(doc, exclude)
+    except (KeyError, AttributeError, TypeError, ValueError) as e:
+        raise PyconvError(f"the newest bench file of {gpu_name} in {results} is malformed ({type(e).__name__}: "
+                          f"{e}); fix or remove it") from None
+
+
+def _winners(doc: dict, exclude: Iterable[str]) -> dict[tuple[int, int, int, int, int, bool], str]:
     winners = {}
     for layer in doc["layers"]:
         fused = bool(layer.get("tanh_pool_follows"))
