@@ -67,7 +67,8 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot  # noqa: F401
 
-    from pyconv import data, model, mxnet_import, report  # noqa: F401
+    from pyconv.core import data, model, mxnet_import  # noqa: F401
+    from pyconv.report import tables  # noqa: F401
 
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:

@@ -31,8 +31,8 @@ from gpu_helpers import random_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pyconv import data
-from pyconv.model import save_model
+from pyconv.core import data
+from pyconv.core.model import save_model
 
 SCALE = float(os.environ.get("PYCONV_FUZZ_EXAMPLES", "1"))
 MEMORY = 1 << 30  # bytes a run may add to the interpreter's address space
@@ -416,7 +416,7 @@ def test_fuzz_idx_files(data_worker, bomb, victim, gzipped, kind, edit):
     shutil.rmtree(src, ignore_errors=True)
     shutil.rmtree(scratch / "datasets", ignore_errors=True)
     src.mkdir()
-    for name, gz in zip(data.FILES, gzipped):
+    for name, gz in zip(data.FILES, gzipped, strict=True):
         blob = gzip.compress(fake_idx(name)) if gz else fake_idx(name)
         target = src / (f"{name}.gz" if gz else name)
         if name != victim:

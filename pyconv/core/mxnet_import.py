@@ -115,7 +115,7 @@ def read_params(path: str | Path) -> dict[str, np.ndarray]:
         names.append(re.sub(r"^(arg|aux):", "", r.raw(length).decode("utf-8", errors="replace")))
     if len(set(names)) != len(names):
         raise PyconvError(f"{path}: two arrays share a name")
-    return dict(zip(names, arrays))
+    return dict(zip(names, arrays, strict=True))
 
 
 def _ndim(ndim: int, i: int, path: Path) -> int:
@@ -242,7 +242,8 @@ def parse_symbol(path: str | Path, params: dict[str, np.ndarray], name: str, inp
                     raise ValueError(f"kernel must be square, got {kernel}")
                 w = weight(f"{nname}_weight")
                 counts["conv"] += 1
-                layers.append(Layer("conv", name=f"conv{counts['conv']}", out_channels=_int(a["num_filter"], "num_filter"),
+                layers.append(Layer("conv", name=f"conv{counts['conv']}",
+                                    out_channels=_int(a["num_filter"], "num_filter"),
                                     kernel=_int(kernel[0], "kernel"), weight=w))
             elif op == "Activation":
                 act = a.get("act_type")
@@ -259,7 +260,8 @@ def parse_symbol(path: str | Path, params: dict[str, np.ndarray], name: str, inp
                 stride = _tuple(a.get("stride"), (1, 1))
                 if len(set(kernel)) != 1 or len(set(stride)) != 1 or set(_tuple(a.get("pad"), (0, 0))) != {0}:
                     raise PyconvError(f"{path}: Pooling '{nname}' must be square, unpadded (kernel={kernel}, stride={stride})")
-                layers.append(Layer("pool", mode=mode, kernel=_int(kernel[0], "kernel"), stride=_int(stride[0], "stride")))
+                layers.append(Layer("pool", mode=mode, kernel=_int(kernel[0], "kernel"),
+                                    stride=_int(stride[0], "stride")))
             elif op == "Flatten":
                 layers.append(Layer("flatten"))
                 flat = True

@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import paths
-from .errors import PyconvError
-from .fileio import atomic_path, check_writable, read_bounded, write_text_atomic
+from ..core import paths
+from ..core.errors import PyconvError
+from ..core.fileio import atomic_path, check_writable, read_bounded, write_text_atomic
 
 README = paths.ROOT / "README.md"
 BEGIN = "<!-- bench:begin -->"
@@ -50,14 +50,15 @@ def load(path: str | os.PathLike) -> dict:
         raise PyconvError(f"benchmark file {path} is nested too deeply to be a bench result") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise PyconvError(f"benchmark file {path} is unreadable: {e}") from None
-    from .bench import FORMAT, VERSION
+    from ..bench.run import FORMAT, VERSION
 
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
         raise PyconvError(f"{path} is not a {FORMAT} v{VERSION} file")
     for key, kind in _FIELDS.items():
         if data.get(key) is not None and not isinstance(data[key], kind):
-            raise PyconvError(f"benchmark file {path}: field '{key}' must be a JSON {kind.__name__.replace('dict', 'object')}"
-                              f", got {type(data[key]).__name__}")
+            want = "object" if kind is dict else kind.__name__
+            raise PyconvError(f"benchmark file {path}: field '{key}' must be a JSON {want}, got "
+                              f"{type(data[key]).__name__}")
     return data
 
 

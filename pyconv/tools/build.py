@@ -21,12 +21,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import paths
-from .errors import PyconvError, one_line
+from ..core import paths
+from ..core.errors import PyconvError, one_line
 
 # What CMake accepts in CMAKE_CUDA_ARCHITECTURES: native | all | all-major | a list of numbers with optional
 # -real / -virtual ("80;90", "90a-real"). Checked here so that a typo is one line, not a CMake page.
-CUDA_ARCH_RE = re.compile(r"native|all|all-major|[0-9]{2,3}[a-z]?(-real|-virtual)?([;,][0-9]{2,3}[a-z]?(-real|-virtual)?)*")
+_ARCH = r"[0-9]{2,3}[a-z]?(-real|-virtual)?"
+CUDA_ARCH_RE = re.compile(rf"native|all|all-major|{_ARCH}([;,]{_ARCH})*")
 _FILE_API_QUERY = Path(".cmake/api/v1/query/codemodel-v2")
 
 # Run in a fresh interpreter per module: the module's own init function, loaded from its file.
@@ -47,7 +48,7 @@ def check_cuda_arch(value: str) -> str:
 
 
 def check_jobs(value) -> int:
-    from .checks import as_int
+    from ..core.checks import as_int
 
     try:
         n = as_int(value)
