@@ -87,10 +87,14 @@ def check_writable(dest: str | os.PathLike, what: str = "output") -> Path:
     parent is a file, or the folder refuses a new file (read-only, no permission). Run before long work, so
     that work is not lost to an unwritable destination. Creates nothing that stays."""
     dest = Path(dest)
+    name_max = 255  # what Linux file systems allow; asked of the file system below where it can say
+    too_long = [part for part in dest.parts if len(os.fsencode(part)) > name_max]
+    if too_long:
+        raise PyconvError(f"{what}: the name {too_long[0][:40]}... is longer than the {name_max} bytes a file name "
+                          "may have")
     try:
         if dest.is_dir():
             raise PyconvError(f"{what} {dest} is a folder, not a file")
-        name_max = 255
         ancestor = dest.parent
         while not ancestor.exists() and ancestor != ancestor.parent:
             ancestor = ancestor.parent
@@ -102,13 +106,11 @@ def check_writable(dest: str | os.PathLike, what: str = "output") -> Path:
                               "name may have here")
         if not ancestor.is_dir():
             raise PyconvError(f"{what} {dest}: {ancestor} is a file, not a folder")
-        if ancestor == dest.parent:
-            # The one honest test of "can I create a file here" (a read-only mount, an ACL, root on NFS ...).
-            fd, probe = tempfile.mkstemp(prefix=f".{dest.name[:64]}.", suffix=".probe", dir=ancestor)
-            os.close(fd)
-            os.unlink(probe)
-        elif not os.access(ancestor, os.W_OK | os.X_OK):
-            raise PyconvError(f"{what} {dest}: cannot create folders in {ancestor} (no write permission)")
+        # The one honest test of "can I create something here": permission bits do not tell (root ignores them;
+        # a read-only mount, an ACL do not show in them). The probe goes where the first new entry would.
+        fd, probe = tempfile.mkstemp(prefix=f".{dest.name[:64]}.", suffix=".probe", dir=ancestor)
+        os.close(fd)
+        os.unlink(probe)
     except OSError as e:
         raise PyconvError(f"{what} {dest} cannot be written ({_why(e)})") from None
     return dest
