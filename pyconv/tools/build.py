@@ -96,7 +96,8 @@ def _cublas_root() -> Path | None:
 def configure_args(bdir: Path, debug: bool, portable: bool, cuda_arch: str) -> list[str]:
     import pybind11
 
-    args = ["cmake", "-S", str(paths.ROOT), "-B", str(bdir), f"-DCMAKE_BUILD_TYPE={'Debug' if debug else 'Release'}",
+    args = ["cmake", "--no-warn-unused-cli", "-S", str(paths.ROOT), "-B", str(bdir),
+            f"-DCMAKE_BUILD_TYPE={'Debug' if debug else 'Release'}",
             f"-Dpybind11_DIR={pybind11.get_cmake_dir()}", f"-DPython_EXECUTABLE={sys.executable}",
             f"-DPYCONV_NATIVE_ARCH={'OFF' if portable else 'ON'}"]
     cublas = _cublas_root()
