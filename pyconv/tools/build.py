@@ -177,8 +177,8 @@ def check_modules(bdir: Path) -> list[Path]:
 def build(build_dir: str = "build", debug: bool = False, clean_first: bool = False, jobs="0", cuda_arch: str = "",
           portable: bool = False) -> list[Path]:
     """Configure (every flag spelled out), build, and import each module. Returns the modules' paths."""
-    n_jobs = check_jobs(jobs)
     arch = check_cuda_arch(cuda_arch) if cuda_arch else ""
+    n_jobs = check_jobs(jobs)
     bdir = build_folder(build_dir)
     if clean_first:
         clean(bdir)
