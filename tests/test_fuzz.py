@@ -445,7 +445,8 @@ def test_fuzz_idx_files(data_worker, bomb, victim, gzipped, kind, edit):
 
 
 # ------------------------------------------------------------------------------------------- bench JSON
-BENCH_BASES = ["bench-cpu-intel-r-xeon-r-processor-2026-11-22.json", "bench-e2e-sp19-nvidia-h200-2026-11-22.json"]
+BENCH_BASES = ["bench-cpu-intel-r-xeon-r-processor-2026-11-22.json", "bench-e2e-sp19-nvidia-h200-2026-11-22.json",
+               "bench-nvidia-h200-2026-11-22-specialised-occupancy.json"]
 
 
 @pytest.fixture(scope="module")
@@ -464,7 +465,7 @@ def report_worker(tmp_path):
     w.close()
 
 
-@given(st.integers(0, 1), json_edits, st.none() | byte_edit)
+@given(st.integers(0, 2), json_edits, st.none() | byte_edit)
 @fuzz_settings(60)
 def test_fuzz_bench_json(report_worker, bench_docs, which, edits, edit):
     """`invoke report --json F --out DIR/r.md` on a mutated bench file: the page (and its plots), or one line

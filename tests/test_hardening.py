@@ -169,6 +169,25 @@ def test_a_tiny_file_declaring_a_huge_weight_is_refused_before_it_is_read(tmp_pa
     assert everything_under(tmp_path / "logs") == []
 
 
+@needs_data
+def test_a_small_model_that_needs_more_memory_than_there_is_is_refused_before_the_run(tmp_path):
+    """Class 2, at run time: every size within the file bounds, yet 2000 channels of 44x44 per image are 290 GB
+    at batch 10000: refused in one line before the child starts, not left to the kernel's OOM killer."""
+    from pyconv.core.model import Layer, Model
+
+    rng = np.random.default_rng(0)
+    model = Model(name="wide", arch="test", input_shape=(1, 48, 48), layers=[
+        Layer("conv", name="conv1", out_channels=2000, kernel=5, weight=rng.random((2000, 1, 5, 5), np.float32)),
+        Layer("pool", mode="max", kernel=22, stride=22), Layer("flatten"),
+        Layer("fc", name="fc1", out_features=10, weight=rng.random((10, 8000), np.float32),
+              bias=np.zeros(10, np.float32)), Layer("softmax")])
+    save_model(model, tmp_path / "wide.h5")
+    r = invoke("milestone", "--m", 2, "--batch", 10000, "--model", tmp_path / "wide.h5",
+               env={"PYCONV_LOGS": str(tmp_path / "logs")})
+    assert_one_line(r, "milestone 2 on model 'wide' at batch 10000 needs about", "a smaller --batch needs less")
+    assert everything_under(tmp_path / "logs") == []
+
+
 def test_models_lists_past_a_huge_file_in_imported(tmp_path):
     imported = tmp_path / "datasets" / "models" / "imported"
     imported.mkdir(parents=True)

@@ -892,6 +892,13 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
     if "gpu" in parts or "cpu" in parts:
         for name in layer_models:
             sites += sites_of(layer_model(name), batch)
+    if "cpu" in parts:
+        from ..engines.cpu import check_memory
+
+        for site in sites:  # its x and its output, at the full batch
+            ho, wo = site["H"] - site["K"] + 1, site["W"] - site["K"] + 1
+            check_memory(4 * batch * (site["C"] * site["H"] * site["W"] + site["M"] * ho * wo),
+                         f"the CPU benchmark of {site['model']} {site['layer']} at batch {batch}")
 
     if "gpu" in parts or "end_to_end" in parts:
         from ..engines.gpu import gpu_module

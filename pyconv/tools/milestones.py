@@ -121,6 +121,10 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
     if device not in ("cpu", "gpu", "both"):
         raise PyconvError(f"--device must be cpu, gpu or both, got '{device}'")
     data.check(loaded.input_size)  # a foreign or damaged data file is named here, not in the child
+    if m == "2":
+        from ..engines.cpu import check_memory, peak_bytes
+
+        check_memory(peak_bytes(loaded, batch), f"milestone 2 on model '{loaded.name}' at batch {batch}")
     env = paths.python_env(env)
     if m in ("3", "4", "final"):
         from ..engines.gpu import gpu_module
