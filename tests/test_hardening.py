@@ -244,18 +244,17 @@ def _cache(bdir: Path) -> dict[str, str]:
 def test_build_in_a_path_with_spaces_names_a_missing_symbol_and_keeps_no_flag(tmp_path):
     """Class 3 and issue 13 (items 4, 5): a copy of the checkout under a path with spaces, built from outside
     with `invoke -r` into a build folder with spaces (CPU module only: CUDACXX points nowhere, for time).
-    With cpu-fast's source left out of CMakeLists.txt the build links but the module cannot import: the build
-    fails in one line naming the symbol. Restored, it builds and imports; --debug --portable and --cuda-arch
-    apply to that build only."""
+    Without the CPU registry's source the module links but cannot import: the build fails in one line naming
+    the symbol. Restored, it builds and imports; --debug --portable and --cuda-arch apply to that build only."""
     copy = tmp_path / "a checkout" / "py conv"
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
     for rel in filter(None, files.decode().split("\0")):
         if (ROOT / rel).is_file():
             (copy / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / rel, copy / rel)
-    cmake = copy / "CMakeLists.txt"
-    original = cmake.read_text()
-    cmake.write_text(original.replace("native/cpu/conv_cpu_fast.cpp", ""))
+    registry = copy / "native" / "cpu" / "runtime" / "registry.cpp"
+    original = registry.read_text()
+    registry.unlink()
     env = {"CUDACXX": "/nonexistent"}
     common = ("build", "--build-dir", "b u i l d", "--jobs", 2)
     outside = tmp_path / "elsewhere"
@@ -264,10 +263,10 @@ def test_build_in_a_path_with_spaces_names_a_missing_symbol_and_keeps_no_flag(tm
     # CMake and the compiler speak above it; the build's verdict is the one last line.
     assert r.returncode == 1 and "Traceback" not in r.stdout + r.stderr, r.stdout[-3000:] + r.stderr
     line = r.stderr.strip().splitlines()[-1]
-    for said in ("error: _cpu", "does not import", "undefined symbol", "CMakeLists.txt",
-                 "pyconv::conv_fwd_cpu_fast(float const*, float const*, float*, pyconv::ConvShape const&)"):
+    for said in ("error: _cpu", "does not import", "undefined symbol pyconv::cpu_conv_registry()",
+                 "a source file missing from the build"):
         assert said in line, line
-    cmake.write_text(original)
+    registry.write_text(original)
     bdir = copy / "b u i l d"
     r = invoke(*common, "--debug", "--portable", "--cuda-arch", 90, cwd=outside, root=copy, env=env, timeout=900)
     assert r.returncode == 0 and "built and imported" in r.stdout, r.stdout[-3000:] + r.stderr

@@ -7,7 +7,10 @@ their gz checksums differ from upstream's while the content is identical).
 
 The resized sets are made exactly as the course's generator did, per image:
     resize(img / 256.0, (S, S), order=1, mode="constant", cval=0) * 256, cast to uint8 (truncation)
-with scikit-image; 48x48 (Spring 2019), 64x64 (Spring 2018), 72x72 (Fall 2018).
+with scikit-image; 48x48 (Spring 2019), 64x64 (Spring 2018), 70x70 (Fall 2019), 72x72 (Fall 2018).
+
+The file carries a format version; a file of another version (e.g. one written before a set was added) is
+rebuilt by `prepare`, which says why in one line.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ from .errors import PyconvError
 from .fileio import atomic_path, check_free_space, check_writable, read_bounded, write_hdf5_atomic
 
 FORMAT = "pyconv-fashion-mnist"
-VERSION = 1
-SIZES = (28, 48, 64, 72)  # 28 is the original; the others are the course's resized sets
+VERSION = 2  # 1: sizes 28, 48, 64, 72; 2: adds 70 (Fall 2019)
+SIZES = (28, 48, 64, 70, 72)  # 28 is the original; the others are the course's resized sets
 SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
 APT_PACKAGE = "dataset-fashion-mnist"
 URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
@@ -170,36 +173,59 @@ def course_resize(images: np.ndarray, size: int, desc: str = "") -> np.ndarray:
 COUNTS = {"train": 60000, "test": 10000}
 
 
+def _version(f: h5py.File):
+    v = f.attrs.get("version", -1)
+    return int(v) if np.ndim(v) == 0 and not isinstance(v, (str, bytes)) and float(v).is_integer() else v
+
+
 def problem(f: h5py.File, split: str, size: int) -> str:
     """'' when one split at one size is as this format writes it (checked from the headers alone: dataset kinds,
     shapes, dtypes), else what is wrong. A foreign file must not answer a batch with fewer images, or float or
-    text labels, and still print a Correctness."""
-    if f.attrs.get("format") not in (FORMAT, FORMAT.encode()):
-        return f"not a pyconv Fashion-MNIST file (attribute format != '{FORMAT}')"
-    version = f.attrs.get("version", -1)
-    if isinstance(version, (str, bytes)) or np.ndim(version) != 0 or version != VERSION:
-        return f"format version {version!r}, this build reads {VERSION}"
+    text labels, and still print a Correctness. (The format and version attributes are checked by the callers.)"""
     n = COUNTS[split]
     images, labels = f.get(f"{split}/images_{size}"), f.get(f"{split}/labels")
-    if not isinstance(images, h5py.Dataset) or not isinstance(labels, h5py.Dataset):
-        return f"has no {split}/images_{size} or {split}/labels dataset"
-    if images.shape != (n, size, size) or images.dtype != np.uint8:
+    if not isinstance(labels, h5py.Dataset) or labels.shape != (n,):
+        return f"{split}/labels is missing or not {n} labels"
+    if labels.dtype.kind not in "iu":
+        return f"{split}/labels is {labels.shape} {labels.dtype}; this format holds {n} integer labels"
+    if not isinstance(images, h5py.Dataset) or images.shape != (n, size, size):
+        return f"{split}/images_{size} is missing or not {n} images of {size}x{size}" if not isinstance(
+            images, h5py.Dataset) else (f"{split}/images_{size} is {images.shape} {images.dtype}; this format holds "
+                                        f"{n} images of {size}x{size} uint8")
+    if images.dtype != np.uint8:
         return (f"{split}/images_{size} is {images.shape} {images.dtype}; this format holds {n} images of "
                 f"{size}x{size} uint8")
-    if labels.shape != (n,) or labels.dtype.kind not in "iu":
-        return f"{split}/labels is {labels.shape} {labels.dtype}; this format holds {n} integer labels"
     return ""
 
 
-def is_valid(path: Path = paths.DATA_FILE) -> bool:
-    """A complete file of this format: every split, every size, the right counts and dtypes."""
+def why_invalid(path: Path | None = None) -> str | None:
+    """None for a complete file of this format and version (every split, every size, the right counts and
+    dtypes); else one line saying what is wrong with it. Default: the project's data file."""
+    path = Path(path or paths.DATA_FILE)
     try:
-        if not path.is_file():
-            return False
+        if path.exists() and not path.is_file():  # a FIFO would block the open, a folder fail inside HDF5
+            return f"{path} is not a regular file"
         with h5py.File(path, "r") as f:
-            return not any(problem(f, split, s) for split in COUNTS for s in SIZES)
-    except (OSError, KeyError, ValueError, TypeError):
-        return False
+            if f.attrs.get("format") not in (FORMAT, FORMAT.encode()):
+                return f"{path} is not a {FORMAT} file"
+            version = _version(f)
+            if version != VERSION:
+                return (f"{path} has format version {version}, this build writes version {VERSION} "
+                        f"(image sizes {', '.join(map(str, SIZES))})")
+            for split in COUNTS:
+                for s in SIZES:
+                    why = problem(f, split, s)
+                    if why:
+                        return f"{path}: {why}"
+        return None
+    except FileNotFoundError:
+        return f"{path} does not exist"
+    except (OSError, KeyError, ValueError, TypeError) as e:
+        return f"{path} is not a readable HDF5 file ({e})"
+
+
+def is_valid(path: Path | None = None) -> bool:
+    return why_invalid(path) is None
 
 
 def prepare(source: str | os.PathLike | None = None, force: bool = False, dest: Path | None = None) -> Path:
@@ -209,10 +235,13 @@ def prepare(source: str | os.PathLike | None = None, force: bool = False, dest: 
     folder and free space are checked before the minute of reading and resizing, not after it."""
     dest = Path(dest or paths.DATA_FILE)
     folder = locate(source) if source is not None else None
-    if not force and is_valid(dest):
+    why = why_invalid(dest)
+    if not force and why is None:
         print(f"{dest} is up to date" + (f" (--source {folder} not read; --force rebuilds from it)"
                                          if folder else ""))
         return dest
+    if why is not None and dest.exists():
+        print(f"rebuilding: {why}", flush=True)
     check_writable(dest, "data file")
     check_free_space(dest.parent, EXPECTED_FILE_BYTES, f"writing {dest}")
     folder = folder or locate(source)
@@ -236,21 +265,29 @@ def prepare(source: str | os.PathLike | None = None, force: bool = False, dest: 
     return dest
 
 
-def require_data(path: Path = paths.DATA_FILE) -> None:
+def require_data(path: Path | None = None) -> None:
+    path = Path(path or paths.DATA_FILE)
     if not path.exists():
         raise PyconvError(f"{path} is missing: run `invoke data` first")
     if not path.is_file():  # a FIFO would block the open, a folder fail inside HDF5
         raise PyconvError(f"{path} is not a regular file: run `invoke data --force`")
 
 
-def check(size: int, split: str = "test", path: Path = paths.DATA_FILE) -> None:
-    """The data file holds `split` at `size` as this format writes it (see problem), with labels 0..9; one line
-    naming what is not."""
+def check(size: int, split: str = "test", path: Path | None = None) -> None:
+    """The data file holds `split` at `size` as this format and version write it (see problem), with labels 0..9;
+    one line naming what is not. Run before the data is used, and by the milestones before their child starts."""
+    path = Path(path or paths.DATA_FILE)
     require_data(path)
     if size not in SIZES:
         raise PyconvError(f"no {size}x{size} image set (available: {', '.join(map(str, SIZES))})")
     try:
         with h5py.File(path, "r") as f:
+            if f.attrs.get("format") not in (FORMAT, FORMAT.encode()):
+                raise PyconvError(f"{path} is not a {FORMAT} file; run `invoke data --force`")
+            version = _version(f)
+            if version != VERSION:
+                raise PyconvError(f"{path} has format version {version}, this build reads version {VERSION} "
+                                  f"(image sizes {', '.join(map(str, SIZES))}): run `invoke data`")
             why = problem(f, split, size)
             if not why:
                 labels = f[f"{split}/labels"][()]
@@ -282,3 +319,8 @@ def load_test(size: int, count: int | None = None) -> tuple[np.ndarray, np.ndarr
 def load_train(size: int) -> tuple[np.ndarray, np.ndarray]:
     """The 60000 training images, uint8 [N][1][S][S], and their labels (int64)."""
     return _load("train", size, None)
+
+
+def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
+    """The course's Correctness: the share of predicted labels equal to the true ones."""
+    return float(np.mean(np.asarray(pred) == np.asarray(labels)))

@@ -223,3 +223,19 @@ def read_bounded(path: str | os.PathLike, limit: int, what: str) -> bytes:
     if len(data) > limit:  # grew while we looked
         raise PyconvError(f"{what} {path} is larger than {limit} bytes; a valid one is at most that")
     return data
+
+
+def read_json(path: str | os.PathLike, limit: int, what: str):
+    """A JSON document from a regular file of at most `limit` bytes; PyconvError naming the file when it is
+    missing, too large, not JSON, nested past Python's recursion limit or holding an integer past its digit
+    limit."""
+    import json
+
+    path = Path(path)
+    text = read_bounded(path, limit, what)
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise PyconvError(f"{what} {path} is nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an over-long integer
+        raise PyconvError(f"{what} {path} is unreadable: {e}") from None

@@ -7,9 +7,10 @@ Every build configures with every flag spelled out (build type, -march=native or
 their removal from the cache), so a flag given once is not silently kept by the next plain `invoke build`.
 
 A module that links is not yet a module that loads: Python extension modules may leave symbols undefined until
-import, so a kernel file left out of CMakeLists.txt (or a function declared and never defined) still "builds".
+import, so a source file missing from the build (or a function declared and never defined) still "builds".
 After building, each module target CMake reports (through its file API, `.cmake/api/v1`) is imported in a fresh
-interpreter; one that fails ends the build in one line naming the missing symbol."""
+interpreter; one that fails ends the build in one line naming the missing symbol (pyconv.native says the same
+when such a module is imported later; the build says it first)."""
 
 from __future__ import annotations
 
@@ -156,8 +157,8 @@ def import_failure(target: str, path: Path) -> str:
     last = text[-1] if text else f"exit status {r.returncode}"
     m = re.search(r"undefined symbol: (\S+)", r.stderr)
     if m:
-        return (f"undefined symbol {_demangle(m.group(1))} ({m.group(1)}): a source file left out of "
-                "CMakeLists.txt, or a function declared but never defined")
+        return (f"undefined symbol {_demangle(m.group(1))} ({m.group(1)}): a source file missing from the build "
+                "(native/, CMakeLists.txt), or a function declared but never defined")
     return last
 
 
