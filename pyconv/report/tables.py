@@ -7,6 +7,7 @@ through its typed records (pyconv.bench.schema)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from ..bench.schema import BenchResult, Check, CpuRow, LayerResult, Stats
 from ..bench.schema import load as load_result
 from ..core import paths
 from ..core.errors import PyconvError
-from ..core.fileio import atomic_path, write_text_atomic
+from ..core.fileio import atomic_path, check_writable, write_text_atomic
 
 README = paths.ROOT / "README.md"
 BEGIN = "<!-- bench:begin -->"
@@ -44,6 +45,18 @@ def record(result: BenchResult | dict) -> BenchResult:
     return result if isinstance(result, BenchResult) else BenchResult.parse(result)
 
 
+@contextlib.contextmanager
+def _reading(name: str):
+    """Rendering reads many nested fields: one that is missing or of the wrong type becomes one line naming the
+    file, not a traceback."""
+    try:
+        yield
+    except KeyError as e:
+        raise PyconvError(f"benchmark file {name} is incomplete: a record lacks the field {e}") from None
+    except (TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as e:
+        raise PyconvError(f"benchmark file {name} has a field of the wrong type or value ({e})") from None
+
+
 PARTS = (("layers", "GPU convolution ladder"), ("end_to_end", "End-to-end inference"), ("cpu", "CPU convolutions"))
 
 
@@ -56,8 +69,9 @@ def default_sources(folder: Path = paths.RESULTS) -> list[Path]:
         except PyconvError:
             continue
         for key, _ in PARTS:
-            if getattr(doc, key) and (key not in newest or doc.date > newest[key][0]):
-                newest[key] = (doc.date, p)
+            date = str(doc.date or "")  # a hand-edited file may hold anything there
+            if getattr(doc, key) and (key not in newest or date > newest[key][0]):
+                newest[key] = (date, p)
     found = list(dict.fromkeys(newest[key][1] for key, _ in PARTS if key in newest))
     if not found:
         raise PyconvError(f"no bench-*.json in {folder}: run `invoke bench` first, or pass --json")
@@ -362,14 +376,17 @@ def markdown_tables(result: BenchResult | dict) -> str:
 # Plots
 
 
-def _save(fig, dest: Path) -> Path:
-    with atomic_path(dest, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    return dest
+def _save(fig, dest: Path) -> tuple[Path, bytes]:
+    """The PNG rendered in memory: written only once every plot and the page have rendered."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return dest, buf.getvalue()
 
 
 def _bar_panels(groups: list[tuple[str, list[tuple[str, float, str]]]], xlabel: str, log: bool, dest: Path,
-                title: str) -> Path:
+                title: str) -> tuple[Path, bytes]:
     """One horizontal bar panel per group (title, [(label, value, colour)])."""
     import matplotlib
 
@@ -407,9 +424,10 @@ def _bar_panels(groups: list[tuple[str, list[tuple[str, float, str]]]], xlabel: 
 OURS, FUSED, THEIRS = "tab:blue", "tab:green", "tab:orange"
 
 
-def plot_files(result: BenchResult | dict, stem: Path) -> list[Path]:
-    """PNGs beside the report: GPU op time per variant per layer (log scale), GPU % of roofline per variant per
-    layer, CPU op time per variant per layer (log scale). Only the plots the JSON has data for."""
+def plot_files(result: BenchResult | dict, stem: Path) -> list[tuple[Path, bytes]]:
+    """PNGs beside the report, rendered (path, bytes) but not yet written: GPU op time per variant per layer (log
+    scale), GPU % of roofline per variant per layer, CPU op time per variant per layer (log scale). Only the
+    plots the JSON has data for."""
     result = record(result)
     written = []
     layers = result.layers
@@ -463,9 +481,10 @@ def combined_markdown(results: list[tuple[str, BenchResult]]) -> str:
     """Each result's tables under a heading naming the file it came from."""
     blocks = []
     for name, result in results:
-        result = record(result)
-        what = ", ".join(title for key, title in PARTS if getattr(result, key)) or "benchmark"
-        blocks.append(f"### {what} (`results/{name}`)\n\n" + markdown_tables(result).rstrip())
+        with _reading(name):
+            result = record(result)
+            what = ", ".join(title for key, title in PARTS if getattr(result, key)) or "benchmark"
+            blocks.append(f"### {what} (`results/{name}`)\n\n" + markdown_tables(result).rstrip())
     return "\n\n".join(blocks) + "\n"
 
 
@@ -497,17 +516,24 @@ def write_report(json_path: str | os.PathLike | None = None,
     """Report page + plots from bench JSON files (default: every one in results/, newest first). With one file
     the plots are named after the page (report-gpu-op-time.png); with several, after page and file
     (report-<file>-gpu-op-time.png), so that a new bench file never renames another file's plots."""
-    sources = all_sources() if json_path is None else sources_of(json_path)
-    results = [(src.name, load(src)) for src in sources]
     dest = Path(out) if out else DEFAULT_OUT
     if dest.suffix != ".md":
         raise PyconvError(f"--out must name a .md file, got {dest}")
-    pngs: list[Path] = []
+    check_writable(dest, "report")
+    sources = all_sources() if json_path is None else sources_of(json_path)
+    results = [(src.name, load(src)) for src in sources]
+    plots: list[tuple[Path, bytes]] = []
     for name, result in results:
         stem = dest.with_suffix("") if len(results) == 1 else dest.with_name(f"{dest.stem}-{Path(name).stem}")
-        pngs += plot_files(result, stem)
-    write_text_atomic(dest, report_markdown(results, [p.name for p in pngs]))
-    return dest, pngs
+        with _reading(name):
+            plots += plot_files(result, stem)
+    # Every table and plot has rendered (or failed in one line) before the first file is written.
+    page = report_markdown(results, [p.name for p, _ in plots])
+    for p, png in plots:
+        with atomic_path(p) as tmp:
+            tmp.write_bytes(png)
+    write_text_atomic(dest, page)
+    return dest, [p for p, _ in plots]
 
 
 def replace_between_markers(text: str, block: str, BEGIN: str = BEGIN, END: str = END) -> str:
