@@ -24,7 +24,7 @@ from conftest import ROOT, needs_data
 from gpu_helpers import random_model
 from test_mxnet_import import lenet, node, write_params, write_symbol
 
-from pyconv.core import data, fileio, mxnet_import
+from pyconv.core import data, fileio, mxnet_import, paths
 from pyconv.core.errors import PyconvError
 from pyconv.core.model import save_model
 
@@ -99,12 +99,13 @@ def _cases(tmp: Path) -> dict:
         "milestone": (["milestone", "--m", 2, "--batch", 10], {}, 0, "Correctness: "),
         "profile": (["profile", "--m", 3, "--batch", 0], {}, 1, "batch must be"),
         "sanitize": (["sanitize", "--timeout", "soon"], {}, 1, "--timeout"),
-        "accuracy-table": (["accuracy-table"], {"PYCONV_DATASETS": str(tmp / "empty")}, 1, "no shipped models"),
+        "accuracy-table": (["accuracy-table"], {"PYCONV_DATASETS": str(tmp / "empty"), "PYCONV_DATA_FILE": str(paths.DATA_FILE)},
+                           1, "no shipped models"),
         "bench": (["bench", "--cpu", "--model", "sp19", "--batch", 1, "--reps", 1, "--variants", "cpu-fast",
                    "--out", tmp / "b.json"], {}, 0, "wrote"),
         "report": (["report", "--json", cpu_bench, "--out", tmp / "r.md"], {}, 0, "wrote"),
         "train": (["train", "--arch", "fa17", "--name", "anywhere", "--max-batches", 1, "--epochs", 1],
-                  {"PYCONV_DATASETS": str(tmp / "ds")}, 0, "wrote"),
+                  {"PYCONV_DATASETS": str(tmp / "ds"), "PYCONV_DATA_FILE": str(paths.DATA_FILE)}, 0, "wrote"),
     }
 
 
@@ -474,10 +475,10 @@ def _bench_without(tmp_path: Path, drop) -> Path:
 
 
 @pytest.mark.parametrize("drop,msg", [
-    (lambda d: d["layers"][0].pop("B"), "lacks the field 'B'"),
-    (lambda d: d["layers"][0]["variants"][0].update(ms="fast"), "wrong type or value"),
-    (lambda d: d.update(layers={"not": "a list"}), "field 'layers' must be a JSON list"),
-    (lambda d: d["goals"].append(7), "wrong type or value"),
+    (lambda d: d["layers"][0].pop("B"), "LayerResult: no 'B'"),
+    (lambda d: d["layers"][0]["variants"][0].update(ms="fast"), "Stats: expected an object, got str"),
+    (lambda d: d.update(layers={"not": "a list"}), "LayerResult: expected an object"),
+    (lambda d: d["goals"].append(7), "Goal: expected an object, got int"),
 ])
 def test_report_names_a_malformed_bench_file_in_one_line(tmp_path, drop, msg):
     out = tmp_path / "out"
@@ -541,7 +542,7 @@ def foreign_data_file(path: Path, count: int = 10000, images="u1", labels="i8", 
 
 @needs_data
 @pytest.mark.parametrize("kwargs,msg", [
-    ({"count": 100}, "test/images_48 is (100, 48, 48) uint8; this format holds 10000 images of 48x48 uint8"),
+    ({"count": 100}, "test/labels is missing or not 10000 labels"),
     ({"images": "f4"}, "test/images_48 is (10000, 48, 48) float32"),
     ({"labels": "S2"}, "this format holds 10000 integer labels"),
     ({"label_max": 12}, "test/labels holds values outside 0..9"),
