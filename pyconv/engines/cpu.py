@@ -34,18 +34,21 @@ def available_memory() -> int | None:
     v1) where one is set; None where neither can be read."""
     found = []
     try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemAvailable:"):
-                found.append(int(line.split()[1]) * 1024)
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
     except (OSError, ValueError, IndexError):
         pass
     v1 = "/sys/fs/cgroup/memory/memory."
     for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
                          (v1 + "limit_in_bytes", v1 + "usage_in_bytes")):
         try:
-            text = open(limit).read().strip()
+            with open(limit) as f:
+                text = f.read().strip()
             if text.isdigit():
-                found.append(int(text) - int(open(usage).read().strip()))
+                with open(usage) as f:
+                    found.append(int(text) - int(f.read().strip()))
                 break
         except (OSError, ValueError):
             continue
