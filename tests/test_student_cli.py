@@ -107,3 +107,46 @@ def test_wrong_last_row_is_caught_by_the_layer_check(tmp_path):
     assert "Correctness: " in r.stdout
     data = json.loads(rec.read_text())
     assert data["exit_reason"] == "layer check failed" and data["layers"][0]["check"]["ok"] is False
+
+
+class _FakeGpu:
+    """A stand-in pyconv._gpu: conv is the numpy reference (with a fusing variant's epilogue), or misses the last
+    output row of the last image for the variant named `wrong`."""
+
+    def __init__(self, wrong=None):
+        self.wrong, self.batches = wrong, []
+
+    def available(self):
+        return True
+
+    def conv(self, name, x, k):
+        from pyconv import verify
+
+        self.batches.append(len(x))
+        y = verify.expected(x, k, "tanh-maxpool2" if name == "fused" else "none").copy()
+        if name == self.wrong:
+            y[-1, :, -1] = 0
+        return y
+
+
+@pytest.mark.parametrize("wrong", [None, "bad"])
+def test_gpu_layer_check_reruns_each_layer_at_the_full_batch(monkeypatch, rng, wrong):
+    from gpu_helpers import random_model
+
+    from pyconv.plan import Choice, conv_sites
+    from pyconv.tools import layercheck
+
+    fake = _FakeGpu(wrong)
+    monkeypatch.setitem(sys.modules, "pyconv._gpu", fake)
+    model = random_model(rng, (1, 24, 24))
+    x = rng.integers(0, 256, (40, 1, 24, 24), dtype="uint8")
+    sites = conv_sites(model, len(x))
+    names = ["fused" if s.tanh_pool_follows else "plain" for s in sites]
+    names[-1] = "bad"
+    choices = [Choice(s, n, "") for s, n in zip(sites, names)]
+    checks = layercheck.check_gpu_layers(model, x, choices, {}, {"fused": "tanh-maxpool2"})
+    assert fake.batches == [40] * len(sites)  # each layer alone, at the run's batch size
+    assert [c.ok for c in checks[:-1]] == [True] * (len(sites) - 1)
+    assert checks[-1].ok == (wrong is None)
+    if wrong:
+        assert checks[-1].where[0] == 39  # the image's position in the batch, not in the sample
