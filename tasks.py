@@ -78,20 +78,25 @@ def data(c, source=None, force=False):
     d.prepare(source=source, force=force)
 
 
-@task(help={"build_dir": "CMake build folder (default build/)", "debug": "Debug instead of Release",
+@task(help={"build_dir": "CMake build folder (default build/, or build/student-<hash> with --student)", "debug": "Debug instead of Release",
             "clean": "delete the build folder first (only a folder CMake made)",
             "jobs": "parallel compile jobs (default: all cores)",
             "cuda_arch": "CUDA architectures, e.g. 90 or native (default: native with a GPU, else 80;90)",
-            "portable": "no -march=native for the CPU module (to carry the build to another CPU)"})
+            "portable": "no -march=native for the CPU module (to carry the build to another CPU)",
+            "student": "a folder holding a student's new-forward.h / new-forward.cuh (a team's submission): compiled "
+                       "as cpu-student / gpu-student into a build folder of its own (default build/student-<hash>), "
+                       "run with `invoke milestone --student DIR`",
+            "target": "build only these CMake targets, e.g. _cpu (comma-separated)"})
 @user_errors
-def build(c, build_dir="build", debug=False, clean=False, jobs="0", cuda_arch="", portable=False):
+def build(c, build_dir=None, debug=False, clean=False, jobs="0", cuda_arch="", portable=False, student=None,
+          target=None):
     """Configure and build the native modules (pyconv._cpu always, pyconv._gpu when nvcc and cuBLAS are found),
     then import each one: a module that does not load fails the build, naming the missing symbol. Flags apply
     to this build only (a plain `invoke build` returns to the defaults)."""
     from pyconv.tools import build as b
 
     for path in b.build(build_dir=build_dir, debug=debug, clean_first=clean, jobs=jobs, cuda_arch=cuda_arch,
-                        portable=portable):
+                        portable=portable, student=student, targets=target):
         print(f"built and imported {path}")
 
 
@@ -126,17 +131,20 @@ def import_mxnet(c, symbol=None, params=None, name=None, input_size="48", force=
                     "a layer it cannot take is an error",
             "fallback": "with --impl: a layer the variant cannot take runs milestone 4's (else 3's) default instead",
             "posix": "print the `time -p` form (real/user/sys) instead of GNU time's default block",
-            "device": "m1 only: cpu, gpu or both", "gpus": "final only: number of GPUs or 'all'"})
+            "device": "m1 only: cpu, gpu or both", "gpus": "final only: number of GPUs or 'all'",
+            "student": "run the modules `invoke build --student DIR` built from DIR's new-forward.h / .cuh "
+                       "(name them with --impl cpu-student / gpu-student)",
+            "record": "write one JSON record of the run (per layer: variant, Op Time, check; Correctness) to FILE"})
 @user_errors
 def milestone(c, m=None, batch="10000", model="ece408", impl=None, fallback=False, posix=False, device="both",
-              gpus="1"):
+              gpus="1", student=None, record=None):
     """Run a course milestone: prints Op Time per conv layer and Correctness, logs a /usr/bin/time block."""
     from pyconv.tools import milestones
 
     if m is None:
         raise Exit("error: --m is required (1, 2, 3, 4 or final)", code=1)
     code = milestones.run(m, batch=batch, model=model, impl=impl, posix=posix, device=device, gpus=gpus,
-                          fallback=fallback)
+                          fallback=fallback, student=student, record=record)
     if code:
         raise Exit(code=code)
 
