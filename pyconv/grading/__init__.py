@@ -1,0 +1,10 @@
+"""Grading submissions: the course's rai system rebuilt on Ray.
+
+    schema.py   the grade record (one JSON file per team and milestone) and its checks
+    sandbox.py  one step of one job: limits, its own process group, the wall-clock kill, optional bwrap/unshare
+    job.py      one team x one milestone: build, correctness, timing, sanitizer -> a verdict and a record
+    dispatch.py run jobs on Ray (an embedded local Ray, or a running cluster), or one after another without Ray
+
+This package imports nothing from the rest of pyconv except its error and file helpers: a job runs the project
+through its command line (`python3 -m invoke -r ROOT build --student ...`), in a child process, so a student's
+crash never takes the grader down with it."""
