@@ -285,7 +285,9 @@ def classify(r: StepResult, stage: str, mrec: dict | None = None) -> tuple[str, 
     if failed:
         return "wrong", stage, [_layer_line(layer) for layer in failed][:EVIDENCE_LINES]
     errors = [ln for ln in r.output.splitlines() if ln.lower().startswith("error")]
-    return "crashed", stage, [f"{stage}: exited with status {r.returncode}", *(errors or _tail(r.output))]
+    if errors:  # the program's own error line says more than its exit status
+        return "crashed", stage, [*errors[:EVIDENCE_LINES - 1], f"({stage}: exited with status {r.returncode})"]
+    return "crashed", stage, [f"{stage}: exited with status {r.returncode}", *_tail(r.output)]
 
 
 def _signal_from(r: StepResult, mrec: dict | None) -> str | None:

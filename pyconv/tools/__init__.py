@@ -1,0 +1,1 @@
+"""The project's tools: each one the body of an `invoke` task."""
