@@ -23,7 +23,7 @@ def user_errors(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from pyconv.errors import PyconvError
+        from pyconv.core.errors import PyconvError
 
         try:
             return fn(*args, **kwargs)
@@ -39,7 +39,7 @@ def user_errors(fn):
 @user_errors
 def data(c, source=None, force=False):
     """Fetch and verify Fashion-MNIST, write datasets/fashion-mnist.h5 (28x28 and the course's 48/64/72 sets)."""
-    from pyconv import data as d
+    from pyconv.core import data as d
 
     d.prepare(source=source, force=force)
 
@@ -90,8 +90,8 @@ def setup(c, source=None):
 @user_errors
 def import_mxnet(c, symbol=None, params=None, name=None, input_size="48", force=False):
     """Convert an MXNet checkpoint (symbol JSON + .params) into the project's HDF5 model format, without MXNet."""
-    from pyconv import mxnet_import
-    from pyconv.checks import check_positive_int
+    from pyconv.core import mxnet_import
+    from pyconv.core.checks import check_positive_int
 
     missing = [f"--{flag}" for flag, v in (("symbol", symbol), ("params", params), ("name", name)) if v is None]
     if missing:
@@ -109,7 +109,7 @@ def import_mxnet(c, symbol=None, params=None, name=None, input_size="48", force=
 @user_errors
 def milestone(c, m=None, batch="10000", model="ece408", impl=None, posix=False, device="both", gpus="1"):
     """Run a course milestone: prints Op Time per conv layer and Correctness, logs a /usr/bin/time block."""
-    from pyconv import milestones
+    from pyconv.tools import milestones
 
     if m is None:
         raise Exit("error: --m is required (1, 2, 3, 4 or final)", code=1)
@@ -125,7 +125,7 @@ def milestone(c, m=None, batch="10000", model="ece408", impl=None, posix=False, 
 @user_errors
 def profile(c, m=None, batch="10000", model="ece408", impl=None):
     """nvprof's summary of a milestone (kernels, memcpy/memset, CUDA API calls; `*` = over 90%), via CUPTI."""
-    from pyconv import profile as prof
+    from pyconv.tools import profile as prof
 
     if m is None:
         raise Exit("error: --m is required (1, 3, 4 or final)", code=1)
@@ -138,7 +138,7 @@ def profile(c, m=None, batch="10000", model="ece408", impl=None):
 @user_errors
 def models(c):
     """List the available models with their architecture."""
-    from pyconv.model import available_models, load_model
+    from pyconv.core.model import available_models, load_model
 
     for name in available_models():
         m = load_model(name)
@@ -158,7 +158,7 @@ def models(c):
 def train(c, arch=None, name=None, epochs="2", seed="0", batch_size="64", lr=None, max_batches=None, threads="1",
           force=False):
     """Train a course network with PyTorch on Fashion-MNIST and write it as a model file (needs PyTorch)."""
-    from pyconv import train as t
+    from pyconv.tools import train as t
 
     if arch is None or name is None:
         raise Exit("error: --arch and --name are required", code=1)
@@ -171,7 +171,7 @@ def train(c, arch=None, name=None, epochs="2", seed="0", batch_size="64", lr=Non
 @user_errors
 def accuracy_table(c):
     """Measure every shipped model at 100/1000/10000 (as milestone 2); write results/model-accuracy.json, .md"""
-    from pyconv import train as t
+    from pyconv.tools import train as t
 
     t.accuracy_table()
     print(f"wrote {t.ACCURACY_JSON} and {t.ACCURACY_MD}")
@@ -211,7 +211,7 @@ _accept_long_single_letter_flags()
 @user_errors
 def sanitize(c, tools=None, variants=None, milestone="3", model=None, batch="64", timeout="600"):
     """compute-sanitizer over every GPU variant at edge shapes and one milestone run; fails on any error."""
-    from pyconv import sanitize as s
+    from pyconv.tools import sanitize as s
 
     # batch and timeout stay strings here: the project checks them (Invoke's int cast would print a traceback)
     code = s.run_sanitize(tools=tools, variants=variants, milestone=milestone, model=model, batch=batch,
@@ -235,7 +235,7 @@ def sanitize(c, tools=None, variants=None, milestone="3", model=None, batch="64"
 def bench(c, model=None, batch=None, reps=None, warmup=None, cpu=False, gpu=False, end_to_end=False, out=None,
           variants=None, gpus="1"):
     """Every variant on every conv layer: op time, GFLOP/s, GB/s, % of roofline, x cuDNN; JSON under results/."""
-    from pyconv import bench as b
+    from pyconv.bench import run as b
 
     b.run(model=model, batch=batch, reps=reps, warmup=warmup, cpu=cpu, gpu=gpu, end_to_end=end_to_end, out=out,
           variants=variants, gpus=gpus)
@@ -248,7 +248,7 @@ def bench(c, model=None, batch=None, reps=None, warmup=None, cpu=False, gpu=Fals
 @user_errors
 def report(c, json=None, out=None, readme=False):
     """Markdown page with the ladder tables and PNG plots from a bench JSON (and optionally the README section)."""
-    from pyconv import report as r
+    from pyconv.report import tables as r
 
     dest, pngs = r.write_report(json, out)
     print(f"wrote {dest}" + "".join(f", {p.name}" for p in pngs))

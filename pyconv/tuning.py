@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import PyconvError
-from .fileio import atomic_path
-from .paths import RESULTS
+from .core.errors import PyconvError
+from .core.fileio import atomic_path
+from .core.paths import RESULTS
 
 TUNING_DIR = RESULTS / "tuning"
 FORMAT = "pyconv-tuning"

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pyconv import paths  # noqa: E402
+from pyconv.core import paths  # noqa: E402
 
 COURSE_SP19 = paths.COURSE_MODELS / "sp19"
 COURSE_SYMBOL = COURSE_SP19 / "ece408-symbol.json"
@@ -38,8 +38,8 @@ def course_model(tmp_path_factory):
     """The course's sp19 checkpoint, imported into a temporary folder (never into the project)."""
     if not COURSE_PARAMS.exists():
         pytest.skip("course checkpoint not present")
-    from pyconv import mxnet_import
-    from pyconv.model import load_model
+    from pyconv.core import mxnet_import
+    from pyconv.core.model import load_model
 
     dest = tmp_path_factory.mktemp("course")
     path = mxnet_import.import_checkpoint(COURSE_SYMBOL, COURSE_PARAMS, "course-sp19", dest_dir=dest)

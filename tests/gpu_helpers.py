@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyconv.model import Layer, Model, validate
+from pyconv.core.model import Layer, Model, validate
 
 try:
     from pyconv import _gpu

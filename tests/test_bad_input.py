@@ -19,8 +19,9 @@ from conftest import ROOT, needs_data
 from gpu_helpers import HAVE_GPU, gpu, random_model, requires_gpu, requires_gpu_module
 from test_mxnet_import import lenet, node, write_params, write_symbol
 
-from pyconv import data, reference, timelog
-from pyconv.model import save_model
+from pyconv.core import data, reference
+from pyconv.tools import timelog
+from pyconv.core.model import save_model
 
 
 def invoke(*args, env=None, timeout=600):

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from gpu_helpers import HAVE_GPU, random_model, requires_gpu
 
-from pyconv import bench, reference
-from pyconv.errors import PyconvError
-from pyconv.model import save_model
+from pyconv.bench import run as bench
+from pyconv.core import reference
+from pyconv.core.errors import PyconvError
+from pyconv.core.model import save_model
 
 # ---------------------------------------------------------------------------------------------------------------
 # Arithmetic on known shapes (the expected numbers are worked out by hand in the comments)
@@ -354,8 +355,8 @@ def test_gpu_layers_small_batch(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU visible (or pyconv._gpu not built)")
 def test_gpu_end_to_end_on_shipped_models(tmp_path):
-    from pyconv import paths
-    from pyconv.model import shipped_models
+    from pyconv.core import paths
+    from pyconv.core.model import shipped_models
 
     if not shipped_models() or not paths.DATA_FILE.exists():
         pytest.skip("no shipped models or no data")
@@ -430,7 +431,8 @@ class StandInGpu:
 
 
 def test_gpu_layer_bookkeeping_with_a_stand_in(tmp_path, rng, monkeypatch):
-    from pyconv import gpu_engine, tuning
+    from pyconv.engines import gpu as gpu_engine
+    from pyconv import tuning
 
     g = StandInGpu()
     monkeypatch.setattr(bench, "_gpu_available", lambda: True)

@@ -4,10 +4,8 @@ import numpy as np
 import pytest
 from conftest import assert_close, random_conv_inputs, random_conv_shapes
 
-from pyconv import (
-    _cpu,  # always built by `invoke build`; a missing module is a failure, not a skip
-    reference,
-)
+from pyconv import _cpu  # always built by `invoke build`; a missing module is a failure, not a skip
+from pyconv.core import reference
 
 NAMES = [v["name"] for v in _cpu.variants()]
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from conftest import needs_data
 
-from pyconv import data, paths
-from pyconv.errors import PyconvError
+from pyconv.core import data, paths
+from pyconv.core.errors import PyconvError
 
 SYSTEM = data.SYSTEM_DIR
 

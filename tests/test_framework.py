@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 from conftest import ROOT, assert_close, needs_course, needs_data, needs_torch
 
-from pyconv import archs, framework, milestones, timelog
-from pyconv.engine import forward_cpu
-from pyconv.errors import PyconvError
-from pyconv.model import Layer, Model, load_model, shipped_models
+from pyconv.core import archs
+from pyconv.engines import framework
+from pyconv.tools import milestones, timelog
+from pyconv.engines.cpu import forward_cpu
+from pyconv.core.errors import PyconvError
+from pyconv.core.model import Layer, Model, load_model, shipped_models
 
 
 def random_weights(model: Model, rng) -> Model:

@@ -17,9 +17,9 @@ from gpu_helpers import (
     requires_gpu_module,
 )
 
-from pyconv import reference
-from pyconv.errors import PyconvError
-from pyconv.model import Layer, Model
+from pyconv.core import reference
+from pyconv.core.errors import PyconvError
+from pyconv.core.model import Layer, Model
 
 # ------------------------------------------------------------------ everywhere (no GPU needed)
 
@@ -40,7 +40,7 @@ def test_without_gpu_import_works_and_use_raises_cuda_error():
     m = random_model(np.random.default_rng(0))
     with pytest.raises(g.CudaError, match="no usable CUDA GPU"):
         network_of(m)
-    from pyconv import gpu_engine
+    from pyconv.engines import gpu as gpu_engine
 
     with pytest.raises(PyconvError, match="no CUDA GPU is visible: milestones 3, 4 and final need one"):
         gpu_engine.gpu_module()
@@ -79,7 +79,7 @@ def test_registry_lists_baseline_and_checks_arguments_before_the_gpu():
 
 def test_choose_impls_and_unknown_impl():
     pytest.importorskip("pyconv._gpu")
-    from pyconv import gpu_engine
+    from pyconv.engines import gpu as gpu_engine
 
     m = random_model(np.random.default_rng(1))
     assert gpu_engine.choose_impls(m, "3") == ["gpu-baseline", "gpu-baseline"]
@@ -296,7 +296,7 @@ def test_fc_layers_in_tf32_stay_within_tf32_rounding():
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", variant_ids())
 def test_network_predictions_equal_cpu_engine(name):
-    from pyconv.engine import forward_cpu
+    from pyconv.engines.cpu import forward_cpu
 
     rng = np.random.default_rng(SEED + 4)
     model = random_model(rng, (1, 24, 24))
@@ -337,7 +337,7 @@ def test_network_predictions_equal_cpu_engine(name):
 @requires_gpu
 @pytest.mark.gpu
 def test_gpu_engine_wrapper_and_bad_input():
-    from pyconv.gpu_engine import GpuEngine
+    from pyconv.engines.gpu import GpuEngine
 
     rng = np.random.default_rng(SEED + 5)
     model = random_model(rng)
@@ -396,8 +396,8 @@ def test_batch_too_large_for_the_gpu_is_split_and_the_process_keeps_working():
 @requires_gpu
 @pytest.mark.gpu
 def test_shipped_models_predict_as_the_cpu_engine():
-    from pyconv.engine import forward_cpu
-    from pyconv.model import load_model, shipped_models
+    from pyconv.engines.cpu import forward_cpu
+    from pyconv.core.model import load_model, shipped_models
 
     names = shipped_models()
     if not names:
@@ -415,14 +415,14 @@ def test_shipped_models_predict_as_the_cpu_engine():
 @requires_gpu
 @pytest.mark.gpu
 def test_milestone_3_correctness_equals_the_cpu_path(capsys):
-    from pyconv import paths
-    from pyconv.engine import forward_cpu
-    from pyconv.milestones import accuracy, load_inputs
-    from pyconv.model import DEFAULT_MODEL, available_models, load_model
+    from pyconv.core import paths
+    from pyconv.engines.cpu import forward_cpu
+    from pyconv.tools.milestones import accuracy, load_inputs
+    from pyconv.core.model import DEFAULT_MODEL, available_models, load_model
 
     if not paths.DATA_FILE.exists() or DEFAULT_MODEL not in available_models():
         pytest.skip("needs datasets/fashion-mnist.h5 (invoke data) and the default model")
-    from pyconv.gpu_engine import run_gpu_milestone
+    from pyconv.engines.gpu import run_gpu_milestone
 
     model = load_model(DEFAULT_MODEL)
     x, labels = load_inputs(model, 1000)
@@ -440,7 +440,7 @@ def test_milestone_3_correctness_equals_the_cpu_path(capsys):
 @pytest.mark.gpu
 def test_several_gpus_give_the_one_gpu_labels_in_order():
     """MultiGpuEngine over every visible GPU (1 where only one is lent) equals one GpuEngine, chunked or not."""
-    from pyconv.gpu_engine import GpuEngine, MultiGpuEngine, parse_gpus
+    from pyconv.engines.gpu import GpuEngine, MultiGpuEngine, parse_gpus
 
     rng = np.random.default_rng(SEED + 9)
     model = random_model(rng, (1, 24, 24))
@@ -462,7 +462,7 @@ def test_final_runs_float32_unless_a_bench_of_these_weights_allowed_tf32(tmp_pat
     import json
 
     from pyconv import tuning
-    from pyconv.gpu_engine import final_config
+    from pyconv.engines.gpu import final_config
 
     model = random_model(np.random.default_rng(SEED + 11))
     monkeypatch.setattr(tuning, "RESULTS", tmp_path)  # no end-to-end bench of these weights anywhere

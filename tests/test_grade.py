@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pyconv.errors import PyconvError
+from pyconv.core.errors import PyconvError
 from pyconv.grading import schema
 from pyconv.grading.job import classify, correctness_matches
 from pyconv.grading.sandbox import Limits, StepResult, run_step

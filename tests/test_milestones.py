@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, needs_data
 
-from pyconv import milestones, timelog
-from pyconv.errors import PyconvError
+from pyconv.tools import milestones, timelog
+from pyconv.core.errors import PyconvError
 
 
 @pytest.mark.parametrize("bad", [0, -1, 10001, "abc", "1.5", 2.5, None, True])
@@ -43,7 +43,7 @@ def invoke(*args, env=None, timeout=600):
     (["milestone", "--m", "2", "--impl", "gpu-baseline", "--model", "MODEL"], "--impl must be one of"),
 ])
 def test_cli_bad_input_is_one_line(args, msg, tmp_path):
-    from pyconv.model import available_models
+    from pyconv.core.model import available_models
 
     if "MODEL" in args:
         if not available_models():
@@ -58,7 +58,7 @@ def test_cli_bad_input_is_one_line(args, msg, tmp_path):
 
 
 def test_missing_data_is_one_line(tmp_path):
-    from pyconv.model import available_models
+    from pyconv.core.model import available_models
 
     if not available_models():
         pytest.skip("no model available")

@@ -4,8 +4,8 @@ import h5py
 import numpy as np
 import pytest
 
-from pyconv.errors import PyconvError
-from pyconv.model import Layer, Model, load_model, read_model_file, save_model
+from pyconv.core.errors import PyconvError
+from pyconv.core.model import Layer, Model, load_model, read_model_file, save_model
 
 
 def tiny_model(rng, name="tiny"):

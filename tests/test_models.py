@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from conftest import needs_data
 
-from pyconv import data, paths
-from pyconv.engine import forward_cpu
-from pyconv.model import DEFAULT_MODEL, load_model, shipped_models
-from pyconv.train import ACCURACY_JSON
+from pyconv.core import data, paths
+from pyconv.engines.cpu import forward_cpu
+from pyconv.core.model import DEFAULT_MODEL, load_model, shipped_models
+from pyconv.tools.train import ACCURACY_JSON
 
 TABLE = json.loads(ACCURACY_JSON.read_text()) if ACCURACY_JSON.exists() else {"models": []}
 ROWS = {row["name"]: row for row in TABLE["models"]}

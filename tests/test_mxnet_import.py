@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from conftest import needs_course, needs_data
 
-from pyconv import mxnet_import
-from pyconv.errors import PyconvError
-from pyconv.model import load_model
+from pyconv.core import mxnet_import
+from pyconv.core.errors import PyconvError
+from pyconv.core.model import load_model
 
 
 def write_params(path, arrays: dict, version="v2", magic=0x112):
@@ -134,7 +134,7 @@ def test_not_json(tmp_path, rng):
 
 
 def test_shipped_names_are_never_overwritten(tmp_path):
-    from pyconv.model import shipped_models
+    from pyconv.core.model import shipped_models
 
     shipped = shipped_models()
     if not shipped:
@@ -158,8 +158,8 @@ COURSE_ACCURACY = {100: (0.84,), 1000: (0.852,), 10000: (0.8397, 0.8398)}
                                         ("cpu-naive", 100), ("cpu-naive", 1000), ("cpu-naive", 10000),
                                         ("numpy", 100), ("numpy", 1000), ("numpy", 10000)])
 def test_course_checkpoint_correctness(course_model, impl, batch):
-    from pyconv import data
-    from pyconv.engine import forward_cpu
+    from pyconv.core import data
+    from pyconv.engines.cpu import forward_cpu
 
     if impl != "numpy":
         pytest.importorskip("pyconv._cpu")

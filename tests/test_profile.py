@@ -17,8 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pyconv import paths, profile  # noqa: E402
-from pyconv.profile import API_BLOCK, GPU_BLOCK  # noqa: E402
+from pyconv.core import paths  # noqa: E402
+from pyconv.tools import profile  # noqa: E402
+from pyconv.tools.profile import API_BLOCK, GPU_BLOCK  # noqa: E402
 
 TEST_KERNEL = "pyconv_profiler_test_kernel(unsigned long long*)"
 UNAVAILABLE = re.compile(r"^profile: CUPTI unavailable \(.+\); running unprofiled$")
@@ -226,12 +227,12 @@ def test_run_profile_prints_and_logs(monkeypatch, tmp_path):
         profile.child_finish(profile._ChildTrace(fake, Path(env[profile.ENV_VAR])))
         return 0
 
-    milestones = types.ModuleType("pyconv.milestones")  # the real one needs the data module and the dataset
+    milestones = types.ModuleType("pyconv.tools.milestones")  # the real one needs the data module and the dataset
     milestones.check_milestone = lambda m: str(m)
     milestones.check_batch = lambda b: int(b)
     milestones.run = fake_run
-    monkeypatch.setitem(sys.modules, "pyconv.milestones", milestones)
-    monkeypatch.setattr("pyconv.milestones", milestones, raising=False)
+    monkeypatch.setitem(sys.modules, "pyconv.tools.milestones", milestones)
+    monkeypatch.setattr("pyconv.tools.milestones", milestones, raising=False)
     out = io.StringIO()
     assert profile.run_profile("3", batch=100, model="ece408", echo=out) == 0
     assert seen == {"m": "3", "batch": 100, "model": "ece408", "impl": None}
@@ -248,18 +249,18 @@ def test_run_profile_prints_and_logs(monkeypatch, tmp_path):
 
 
 def test_run_profile_refuses_milestone_2():
-    pytest.importorskip("pyconv.data", reason="pyconv.milestones needs pyconv.data")
-    from pyconv.errors import PyconvError
+    pytest.importorskip("pyconv.core.data", reason="pyconv.tools.milestones needs pyconv.data")
+    from pyconv.core.errors import PyconvError
 
     with pytest.raises(PyconvError, match="milestone 2 runs on the CPU"):
         profile.run_profile("2", batch=10)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pyconv.data") is None or not paths.DATA_FILE.exists(),
+@pytest.mark.skipif(importlib.util.find_spec("pyconv.core.data") is None or not paths.DATA_FILE.exists(),
                     reason="needs pyconv.data and datasets/fashion-mnist.h5 (run `invoke data`)")
 def test_unavailable_milestone_still_runs(monkeypatch, capsys, tmp_path):
-    from pyconv import milestones
-    from pyconv.model import DEFAULT_MODEL, available_models
+    from pyconv.tools import milestones
+    from pyconv.core.model import DEFAULT_MODEL, available_models
 
     names = available_models()
     if not names:
@@ -283,7 +284,7 @@ def test_child_hook_in_a_real_process(tmp_path):
 
     pytest.importorskip("pyconv._cupti", reason="pyconv._cupti not built")
     dest = tmp_path / "trace.json"
-    code = "from pyconv import profile; t = profile.child_start(); print('ran', t is not None)"
+    code = "from pyconv.tools import profile; t = profile.child_start(); print('ran', t is not None)"
     env = dict(os.environ, **{profile.ENV_VAR: str(dest)}, PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

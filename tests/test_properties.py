@@ -21,8 +21,9 @@ from gpu_helpers import requires_gpu
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from pyconv import _cpu, reference
-from pyconv.fileio import write_text_atomic
+from pyconv import _cpu
+from pyconv.core import reference
+from pyconv.core.fileio import write_text_atomic
 
 CPU_EXAMPLES = int(os.environ.get("PYCONV_HYPOTHESIS_EXAMPLES", "60"))
 GPU_EXAMPLES = int(os.environ.get("PYCONV_HYPOTHESIS_GPU_EXAMPLES", "500"))

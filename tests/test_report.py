@@ -12,8 +12,9 @@ import re
 
 import pytest
 
-from pyconv import bench, report
-from pyconv.errors import PyconvError
+from pyconv.bench import run as bench
+from pyconv.report import tables as report
+from pyconv.core.errors import PyconvError
 
 
 def synthetic_result() -> dict:

@@ -12,8 +12,8 @@ import pytest
 from conftest import ROOT
 from gpu_helpers import HAVE_GPU, requires_gpu
 
-from pyconv import sanitize
-from pyconv.sanitize import SANITIZER_EXIT, Result
+from pyconv.tools import sanitize
+from pyconv.tools.sanitize import SANITIZER_EXIT, Result
 
 CLEAN = """========= COMPUTE-SANITIZER
 checked 9 convolutions, 0 wrong

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from pyconv import timelog
+from pyconv.tools import timelog
 
 
 def test_elapsed_format():

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from conftest import ROOT, needs_data, needs_torch
 
-from pyconv import archs, paths, train
-from pyconv.engine import forward_cpu
-from pyconv.errors import PyconvError
-from pyconv.model import load_model
+from pyconv.core import archs, paths
+from pyconv.tools import train
+from pyconv.engines.cpu import forward_cpu
+from pyconv.core.errors import PyconvError
+from pyconv.core.model import load_model
 
 
 def weights(path):
@@ -98,7 +99,7 @@ def test_trained_model_takes_raw_pixels_and_learns(tmp_path, capfd):
     model = load_model(path)
     assert model.arch == "sp19" and model.input_shape == (1, 48, 48) and model.name == "short"
     assert "--max-batches 200" in model.description and "200 batches of 64" in model.description
-    from pyconv import data
+    from pyconv.core import data
 
     x, labels = data.load_test(48, 1000)
     acc = float(np.mean(forward_cpu(model, x.astype(np.float32), "cpu-fast").labels == labels))

@@ -16,7 +16,7 @@ import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..errors import PyconvError
+from ..core.errors import PyconvError
 from .job import JobResult, JobSpec, checkout_commit, needs_gpu, node_root, run_job
 
 

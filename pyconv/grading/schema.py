@@ -34,8 +34,8 @@ import json
 import re
 from pathlib import Path
 
-from ..errors import PyconvError
-from ..fileio import write_text_atomic
+from ..core.errors import PyconvError
+from ..core.fileio import write_text_atomic
 
 SCHEMA = "pyconv-grade"
 VERSION = 1

@@ -13,9 +13,9 @@ import json
 import os
 from pathlib import Path
 
-from .. import paths
-from ..errors import PyconvError
-from ..fileio import write_text_atomic
+from ..core import paths
+from ..core.errors import PyconvError
+from ..core.fileio import write_text_atomic
 from ..grading import schema
 from ..grading.dispatch import run_jobs
 from ..grading.job import MEMBERS_FILE, TEAM_FILES, JobSpec, checkout_commit

@@ -13,8 +13,8 @@ import io
 import statistics
 from pathlib import Path
 
-from ..errors import PyconvError
-from ..fileio import atomic_path, write_text_atomic
+from ..core.errors import PyconvError
+from ..core.fileio import atomic_path, write_text_atomic
 from ..grading import schema
 
 MILESTONE_ORDER = {m: i for i, m in enumerate(schema.MILESTONES)}

@@ -48,11 +48,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import paths, reference
-from .checks import as_int
-from .errors import PyconvError
-from .fileio import atomic_path
-from .model import DEFAULT_MODEL, Model
+from ..core import paths, reference
+from ..core.checks import as_int
+from ..core.errors import PyconvError
+from ..core.fileio import atomic_path
+from ..core.model import DEFAULT_MODEL, Model
 
 FORMAT = "pyconv-bench"
 VERSION = 1
@@ -233,7 +233,7 @@ def cuda_version(v: int) -> str:
 
 
 def slug(text: str) -> str:
-    from .tuning import gpu_slug
+    from ..tuning import gpu_slug
 
     return gpu_slug(text)
 
@@ -260,7 +260,7 @@ def write_json(result: dict, dest: str | os.PathLike) -> Path:
 
 def shapes_only_model(arch_name: str) -> Model:
     """An architecture's layers with zero weights of the right shapes: enough for conv_sites."""
-    from . import archs
+    from ..core import archs
 
     m = archs.empty_model(arch_name, name=arch_name, description="shapes only")
     c, h, w = m.input_shape
@@ -282,8 +282,8 @@ def shapes_only_model(arch_name: str) -> Model:
 
 def layer_model(name: str) -> Model:
     """A model by name, or (when no model has that name) an architecture's shapes."""
-    from .archs import ARCHS
-    from .model import available_models, load_model
+    from ..core.archs import ARCHS
+    from ..core.model import available_models, load_model
 
     if name in ARCHS and name not in available_models():
         return shapes_only_model(name)
@@ -295,7 +295,7 @@ def layer_model(name: str) -> Model:
 
 
 def sites_of(model: Model, batch: int) -> list[dict]:
-    from .gpu_engine import conv_sites
+    from ..engines.gpu import conv_sites
 
     out = []
     convs = model.convs
@@ -333,7 +333,7 @@ def torch_gpu():
         return None
     if not torch.cuda.is_available():
         return None
-    from .framework import _configure_gpu
+    from ..engines.framework import _configure_gpu
 
     _configure_gpu(torch)
     return torch
@@ -482,7 +482,7 @@ def torch_cpu():
 def bench_cpu_layer(site: dict, variants: list[str], batch_for: Callable[[str], int], rng: np.random.Generator,
                     reps: int, torch=None) -> list[dict]:
     """Each CPU variant on one layer (batch_for(name) images), then PyTorch CPU conv2d at the full batch."""
-    from . import _cpu
+    from .. import _cpu
 
     _, C, H, W, M, K = _dims(site)
     threads = int(_cpu.max_threads())
@@ -567,8 +567,8 @@ def _measure_ours(model: Model, impls: list[str], fc_math: str, x: np.ndarray, x
                   labels: np.ndarray, warmup: int, reps: int, sweep: bool) -> tuple[dict, np.ndarray]:
     """One configuration of the GPU engine: resident, pageable and (xp: the batch in pinned memory) pinned times,
     Correctness, peak device memory, optionally the pipeline sweep; and its predicted labels."""
-    from .gpu_engine import FINAL_CHUNKS, FINAL_STREAMS, GpuEngine
-    from .milestones import accuracy
+    from ..engines.gpu import FINAL_CHUNKS, FINAL_STREAMS, GpuEngine
+    from ..tools.milestones import accuracy
 
     batch = len(x)
     engine = GpuEngine(model, fc_math=fc_math)
@@ -617,10 +617,10 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
     stays in "pyconv_reduced"). The entry records the verdict for these weights (model_digest,
     reduced_precision_ok), which final reads (pyconv.tuning.precision_verdict). Without PyTorch nothing can be
     verified: the float32 configuration is measured and no verdict is recorded."""
-    from . import data
-    from .gpu_engine import FINAL_CHUNKS, FINAL_STREAMS, MultiGpuEngine, final_config
-    from .milestones import accuracy
-    from .model import load_model
+    from ..core import data
+    from ..engines.gpu import FINAL_CHUNKS, FINAL_STREAMS, MultiGpuEngine, final_config
+    from ..tools.milestones import accuracy
+    from ..core.model import load_model
 
     model = load_model(model_name)
     x, labels = data.load_test(model.input_size, batch)
@@ -670,8 +670,8 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
 def _torch_end_to_end(torch, model: Model, x: np.ndarray, labels: np.ndarray, warmup: int,
                       reps: int) -> tuple[dict, np.ndarray]:
     """PyTorch + cuDNN (float32, TF32 off) timings, and its predicted labels."""
-    from .framework import build_net
-    from .milestones import accuracy
+    from ..engines.framework import build_net
+    from ..tools.milestones import accuracy
 
     net = build_net(model).eval().cuda()
     torch.cuda.synchronize()
@@ -834,13 +834,13 @@ def _registries() -> tuple[list[str], list[str]]:
     gpu_names: list[str] = []
     cpu_names: list[str] = []
     try:
-        from . import _gpu
+        from .. import _gpu
 
         gpu_names = [v["name"] for v in _gpu.variants()]
     except ImportError:
         pass
     try:
-        from . import _cpu
+        from .. import _cpu
 
         cpu_names = [v["name"] for v in _cpu.variants()]
     except ImportError:
@@ -850,7 +850,7 @@ def _registries() -> tuple[list[str], list[str]]:
 
 def _gpu_available() -> bool:
     try:
-        from . import _gpu
+        from .. import _gpu
     except ImportError:
         return False
     return bool(_gpu.available())
@@ -860,7 +860,7 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
         end_to_end: bool = False, out: str | None = None, variants: str | None = None, seed: int = 0, gpus="1",
         echo: Callable[[str], None] = print) -> tuple[dict, Path]:
     """The whole benchmark; writes the JSON and returns (result, path). Progress and the table go to `echo`."""
-    from .milestones import check_batch
+    from ..tools.milestones import check_batch
 
     batch_given = batch is not None
     batch = check_batch(batch if batch_given else GOAL_BATCH)
@@ -889,7 +889,7 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
             sites += sites_of(layer_model(name), batch)
 
     if "gpu" in parts or "end_to_end" in parts:
-        from .gpu_engine import gpu_module
+        from ..engines.gpu import gpu_module
 
         g = gpu_module()
         info = dict(g.device_info())
@@ -905,7 +905,7 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
             echo(f"{info['name']}: measuring the roofline (copy bandwidth, FFMA rate, SGEMM rate)")
             roof = measure_roofline(g)
             result["roofline"] = roof
-            from . import tuning
+            from .. import tuning
 
             tuning.load_cache(info["name"])  # gpu-autotuned runs with this GPU's tuned configurations, if any
             chosen = [v for v in g.variants() if v["name"] in gpu_variants]
@@ -915,13 +915,13 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
                 echo(f"{site['model']} {site['layer']}: {len(chosen)} variants")
                 result["layers"].append(bench_gpu_layer(g, site, chosen, roof, rng, warmup, gpu_reps, tg))
         if "end_to_end" in parts:
-            from .model import shipped_models
+            from ..core.model import shipped_models
 
             e2e_models = layer_models if model else shipped_models()
             if not e2e_models:
                 raise PyconvError(f"no shipped models in {paths.MODELS} for --end-to-end")
             e2e_reps = _check_count(reps if reps is not None else GPU_REPS, "--reps", 1)
-            from .gpu_engine import parse_gpus
+            from ..engines.gpu import parse_gpus
 
             n_gpus = parse_gpus(gpus)
             result["settings"]["gpus"] = n_gpus
@@ -930,7 +930,7 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
                 result["end_to_end"].append(bench_end_to_end(name, batch, warmup, e2e_reps, tg, n_gpus))
 
     if "cpu" in parts:
-        from .engine import cpu_module
+        from ..engines.cpu import cpu_module
 
         c = cpu_module()
         cpu_reps = _check_count(reps if reps is not None else CPU_REPS, "--reps", 1)
@@ -949,7 +949,7 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
     result["goals"] = check_goals(result)
     dest = Path(out) if out else default_out(result)
     write_json(result, dest)
-    from .report import text_tables
+    from ..report.tables import text_tables
 
     echo(f"wrote {dest}")
     echo(text_tables(result))

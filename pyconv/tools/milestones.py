@@ -20,10 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import data, timelog
-from .checks import as_int
-from .errors import PyconvError
-from .model import DEFAULT_MODEL, Model, load_model
+from ..core import data
+from ..core.checks import as_int
+from ..core.errors import PyconvError
+from ..core.model import DEFAULT_MODEL, Model, load_model
+from . import timelog
 
 MILESTONES = ("1", "2", "3", "4", "final")
 MAX_BATCH = 10000
@@ -84,11 +85,11 @@ def _child(argv: list[str]) -> int:
         print("Loading model...", end=" ", flush=True)
         print("done", flush=True)
         if m == "1":
-            from .framework import run_m1
+            from ..engines.framework import run_m1
 
             run_m1(model, x, labels, device=a.device)
         elif m == "2":
-            from .engine import forward_cpu
+            from ..engines.cpu import forward_cpu
 
             impl = a.impl or "cpu-fast"
             if impl not in CPU_IMPLS:
@@ -97,7 +98,7 @@ def _child(argv: list[str]) -> int:
             res = forward_cpu(model, x.astype(np.float32), impl)
             print_result(res.op_times, accuracy(res.labels, labels), model.name)
         else:
-            from .gpu_engine import run_gpu_milestone
+            from ..engines.gpu import run_gpu_milestone
 
             run_gpu_milestone(m, model, x, labels, impl=a.impl, gpus=a.gpus)
     except PyconvError as e:
@@ -121,16 +122,16 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
         raise PyconvError(f"--device must be cpu, gpu or both, got '{device}'")
     data.require_data()
     if m in ("3", "4", "final"):
-        from .gpu_engine import gpu_module
+        from ..engines.gpu import gpu_module
 
         gpu_module()  # no GPU or no CUDA build: one line here rather than a failing child
         if impl is not None:
-            from .gpu_engine import check_impl
+            from ..engines.gpu import check_impl
 
             check_impl(impl)
     if m == "1":
         return _run_m1(batch, model, device, posix, env)
-    argv = [sys.executable, "-m", "pyconv.milestones", "--m", m, "--batch", str(batch), "--model", model,
+    argv = [sys.executable, "-m", "pyconv.tools.milestones", "--m", m, "--batch", str(batch), "--model", model,
             "--device", device, "--gpus", str(gpus)]
     if impl:
         argv += ["--impl", impl]
@@ -147,7 +148,7 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
 def _run_m1(batch: int, model: str, device: str, posix: bool, env: dict | None) -> int:
     """Milestone 1: one timed child per device, so m1.1 (CPU) and m1.2 (GPU) each get their own time block
     and log. Without a visible CUDA GPU, m1.2 is skipped in one line (an error when only it was asked)."""
-    from .framework import cuda_available, require_torch
+    from ..engines.framework import cuda_available, require_torch
 
     require_torch()  # fail here, naming the extra, before starting a child
     code = 0
@@ -160,7 +161,7 @@ def _run_m1(batch: int, model: str, device: str, posix: bool, env: dict | None) 
                                   "(torch.cuda.is_available() is False)")
             print(f"{sub}: no CUDA GPU visible; skipped", flush=True)
             continue
-        argv = [sys.executable, "-m", "pyconv.milestones", "--m", "1", "--batch", str(batch),
+        argv = [sys.executable, "-m", "pyconv.tools.milestones", "--m", "1", "--batch", str(batch),
                 "--model", model, "--device", dev]
         sub_code, log, _ = timelog.run_timed(argv, tag=f"{sub}-{Path(model).stem}-b{batch}", posix=posix,
                                              env=env)

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import PyconvError
-from .model import Model
+from ..core.errors import PyconvError
+from ..core.model import Model
 
 BASELINE = "gpu-baseline"
 
@@ -19,7 +19,7 @@ BASELINE = "gpu-baseline"
 def gpu_module():
     """pyconv._gpu, or a PyconvError saying why it cannot be used (not built, or no GPU visible)."""
     try:
-        from . import _gpu
+        from .. import _gpu
     except ImportError as e:
         raise PyconvError(f"the CUDA module pyconv._gpu is not built ({e}); run `invoke build` on a machine "
                           "with nvcc") from None
@@ -29,7 +29,7 @@ def gpu_module():
 
 
 def variant_names() -> list[str]:
-    from . import _gpu
+    from .. import _gpu
 
     return [v["name"] for v in _gpu.variants()]
 
@@ -50,7 +50,7 @@ M4_IMPLS = ("gpu-specialised", "gpu-fused-tanh-pool", "gpu-register-tiled")
 
 def conv_sites(model: Model, batch: int):
     """(B, C, H, W, M, K, tanh_pool_follows) for every conv layer of `model` at this batch size."""
-    from .model import shape_trace
+    from ..core.model import shape_trace
 
     shapes = [tuple(model.input_shape), *shape_trace(model)]
     sites = []
@@ -66,7 +66,7 @@ def conv_sites(model: Model, batch: int):
 
 
 def _first_supported(site, candidates) -> str:
-    from . import _gpu
+    from .. import _gpu
 
     b, c, h, w, m, k, fused = site
     variants = {v["name"]: v for v in _gpu.variants()}
@@ -124,7 +124,7 @@ class FinalConfig:
 def final_config(model: Model, batch: int, exact: bool | None = None) -> FinalConfig:
     """What the final milestone runs for `model`: exact=None decides from the recorded verdict on this GPU;
     True / False force float32 / the reduced-precision candidate (the end-to-end bench measures both)."""
-    from . import _gpu, tuning
+    from .. import _gpu, tuning
 
     sites = conv_sites(model, batch)
     gpu_name = _gpu.device_info()["name"]
@@ -238,7 +238,7 @@ FINAL_STREAMS = 4
 def run_gpu_milestone(m: str, model: Model, x_uint8: np.ndarray, labels: np.ndarray, impl: str | None = None,
                       gpus: str = "1") -> None:
     """Milestone 3, 4 or final on the GPU: prints 'New Inference', one Op Time per conv layer, Correctness."""
-    from .milestones import accuracy, print_result
+    from ..tools.milestones import accuracy, print_result
 
     n_gpus = parse_gpus(gpus)
     if n_gpus > 1 and m != "final":

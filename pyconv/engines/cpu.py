@@ -11,16 +11,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import reference
-from .errors import PyconvError
-from .model import ACTIVATIONS, Model
+from ..core import reference
+from ..core.errors import PyconvError
+from ..core.model import ACTIVATIONS, Model
 
 ConvFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def cpu_module():
     try:
-        from . import _cpu
+        from .. import _cpu
     except ImportError as e:
         raise PyconvError(f"the native CPU module is not built ({e}); run `invoke build`") from None
     return _cpu
@@ -30,7 +30,7 @@ def cpu_conv_impls() -> dict[str, ConvFn]:
     """Every host convolution by name: the numpy reference and the native CPU registry."""
     impls: dict[str, ConvFn] = {"numpy": reference.conv2d}
     try:
-        from . import _cpu
+        from .. import _cpu
     except ImportError:
         return impls
     for v in _cpu.variants():

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import PyconvError
-from .model import Model
+from ..core.errors import PyconvError
+from ..core.model import Model
 
 TORCH_MISSING = "PyTorch is not installed: pip install -r requirements-torch.txt (or pip install .[torch])"
 # Images per forward call on the CPU: bounds peak memory (fa18's first convolution alone produces 2 GB of

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import paths
-from .errors import PyconvError
-from .fileio import write_text_atomic
+from ..core import paths
+from ..core.errors import PyconvError
+from ..core.fileio import write_text_atomic
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # Exit status compute-sanitizer gives the child when it found errors: distinct from the child's own failures
@@ -159,7 +159,7 @@ def _tolerances(variant: dict, c: int, k: int) -> tuple[float, float]:
 
 def _check_one(g, variant: dict, shape, rng) -> str:
     """'' when the variant's result on `shape` matches the reference, else what is wrong."""
-    from . import reference
+    from ..core import reference
 
     b, c, h, w, m, k = shape
     x = (rng.uniform(0.05, 1.0, (b, c, h, w)) * rng.choice([-1.0, 1.0], (b, c, h, w))).astype(np.float32)
@@ -183,7 +183,7 @@ def _child(argv: list[str]) -> int:
     p.add_argument("--child", action="store_true")
     p.add_argument("--variant", required=True)
     a = p.parse_args(argv)
-    from . import _gpu
+    from .. import _gpu
 
     variant = next((v for v in _gpu.variants() if v["name"] == a.variant), None)
     if variant is None:
@@ -239,7 +239,7 @@ def find_sanitizer() -> Path:
 def gpu_module():
     """pyconv._gpu, or a PyconvError when it is not built (whether a GPU is visible is checked separately)."""
     try:
-        from . import _gpu
+        from .. import _gpu
     except ImportError as e:
         raise PyconvError(f"the CUDA module pyconv._gpu is not built ({e}); run `invoke build` on a machine "
                           "with nvcc") from None
@@ -259,7 +259,7 @@ def parse_list(text: str | None, known: tuple[str, ...] | list[str], what: str) 
 
 def pick_model(model: str | None) -> str:
     """The model the milestone run uses: the one asked for, else the default, else the first available."""
-    from .model import DEFAULT_MODEL, available_models, load_model
+    from ..core.model import DEFAULT_MODEL, available_models, load_model
 
     if model:
         load_model(model)  # a clear error now rather than in the child
@@ -322,7 +322,7 @@ def run_sanitize(tools: str | None = None, variants: str | None = None, mileston
             raise PyconvError(f"--milestone {m}: the sanitizer runs a GPU milestone (3, 4 or final) or none")
         batch = milestones.check_batch(batch)
         model = pick_model(model)
-        from . import data
+        from ..core import data
 
         data.require_data()
     if not g.available():
@@ -334,11 +334,11 @@ def run_sanitize(tools: str | None = None, variants: str | None = None, mileston
     echo.write(f"sanitize: {sanitizer} ({version}) on {device}\n")
     echo.flush()
 
-    jobs = [(tool, name, ["-m", "pyconv.sanitize", "--child", "--variant", name], False)
+    jobs = [(tool, name, ["-m", "pyconv.tools.sanitize", "--child", "--variant", name], False)
             for name in names for tool in tool_list]
     if run_milestone:
         jobs.append((MILESTONE_TOOL, f"m{m} {Path(model).stem} b{batch}",
-                     ["-m", "pyconv.milestones", "--m", m, "--batch", str(batch), "--model", model], True))
+                     ["-m", "pyconv.tools.milestones", "--m", m, "--batch", str(batch), "--model", model], True))
     results, logs = [], []
     for tool, target, argv, is_milestone in jobs:
         res, log = sanitize_one(sanitizer, tool, target, argv, timeout)

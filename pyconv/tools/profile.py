@@ -30,9 +30,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import paths
-from .errors import PyconvError
-from .fileio import atomic_path, write_text_atomic
+from ..core import paths
+from ..core.errors import PyconvError
+from ..core.fileio import atomic_path, write_text_atomic
 
 ENV_VAR = "PYCONV_PROFILE"
 FORMAT_VERSION = 1
@@ -180,7 +180,7 @@ def child_start(env=os.environ):
     if not dest:
         return None
     try:
-        from . import _cupti
+        from .. import _cupti
     except ImportError as e:
         _unavailable(f"pyconv._cupti is not built: {e}")
         return None
@@ -232,7 +232,7 @@ def run_profile(m, batch=10000, model: str | None = None, impl: str | None = Non
     """Run a milestone under the CUPTI trace, print the nvprof summary, write the log and its JSON.
     Returns the milestone's exit code."""
     from . import milestones
-    from .model import DEFAULT_MODEL
+    from ..core.model import DEFAULT_MODEL
 
     model = model or DEFAULT_MODEL
     m = milestones.check_milestone(m)

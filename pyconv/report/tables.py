@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import paths
-from .errors import PyconvError
-from .fileio import atomic_path, write_text_atomic
+from ..core import paths
+from ..core.errors import PyconvError
+from ..core.fileio import atomic_path, write_text_atomic
 
 README = paths.ROOT / "README.md"
 BEGIN = "<!-- bench:begin -->"
@@ -41,7 +41,7 @@ def load(path: str | os.PathLike) -> dict:
         raise PyconvError(f"benchmark file {path} does not exist (run `invoke bench`)") from None
     except (OSError, json.JSONDecodeError) as e:
         raise PyconvError(f"benchmark file {path} is unreadable: {e}") from None
-    from .bench import FORMAT, VERSION
+    from ..bench.run import FORMAT, VERSION
 
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
         raise PyconvError(f"{path} is not a {FORMAT} v{VERSION} file")

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import archs, data, paths
-from .checks import check_model_name, check_positive_int
-from .errors import PyconvError
-from .fileio import write_text_atomic
-from .framework import build_net, export_weights, require_torch
-from .model import Model, load_model, save_model, shipped_models
+from ..core import archs, data, paths
+from ..core.checks import check_model_name, check_positive_int
+from ..core.errors import PyconvError
+from ..core.fileio import write_text_atomic
+from ..engines.framework import build_net, export_weights, require_torch
+from ..core.model import Model, load_model, save_model, shipped_models
 
 INPUT_SCALE = 1.0 / 255.0
 ACCURACY_COUNTS = (100, 1000, 10000)
@@ -129,7 +129,7 @@ def train(arch: str, name: str, epochs: int = 2, seed: int = 0, batch_size: int 
 
 def measure_accuracy(model: Model, counts=ACCURACY_COUNTS, impl: str = "cpu-fast") -> dict[str, float]:
     """Correctness over the first N test images for each N, as `invoke milestone --m 2` computes it."""
-    from .engine import forward_cpu
+    from ..engines.cpu import forward_cpu
 
     out = {}
     for count in counts:

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import paths
-from .fileio import write_text_atomic
+from ..core import paths
+from ..core.fileio import write_text_atomic
 
 
 @dataclass

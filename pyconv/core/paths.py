@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATASETS = Path(os.environ.get("PYCONV_DATASETS", ROOT / "datasets"))
 DATA_FILE = Path(os.environ.get("PYCONV_DATA_FILE", DATASETS / "fashion-mnist.h5"))
 MODELS = DATASETS / "models"  # shipped models (tracked in git)

@@ -1,0 +1,1 @@
+"""`invoke bench`: the benchmark and its JSON records."""

@@ -1,0 +1,1 @@
+"""`invoke report`: tables and plots generated from the bench's JSON files."""
