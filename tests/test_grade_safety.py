@@ -5,7 +5,6 @@ folder, filling /tmp. The README's Safety section is this test's table."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import socket
