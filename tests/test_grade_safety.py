@@ -68,7 +68,26 @@ def test_files_outside_the_team_folder(tmp_path, monkeypatch, isolation, in_tree
         assert other.read_text() == "// another team's work\n"
     else:
         assert found["write-outside"] == "written" and outside.exists()
-        assert found["read-other-team"] == "read" and found["write-other-team"] == "written"
+        assert found["read-other-team"].startswith("read") and found["write-other-team"] == "written"
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_remounting_and_the_ray_token(tmp_path, monkeypatch, isolation, in_tree):
+    outside = in_tree / "after-remount.txt"
+    token = in_tree / "ray-token"
+    token.write_text("secret")
+    rec, found = probe(tmp_path, monkeypatch, isolation, "escape",
+                       env={"PYCONV_SAFETY_OUTSIDE": str(outside), "RAY_AUTH_TOKEN_PATH": str(token),
+                            "PYCONV_SAFETY_TOKEN": str(token),
+                            "RAY_AUTH_TOKEN": "secret"})
+    assert rec["verdict"] == "ok", rec
+    assert found["ray-token-in-environment"] == "no"  # the job's environment has no RAY_* variable
+    if isolation == "bwrap":
+        assert found["remount"] == "refused" and not outside.exists()  # no capabilities left to remount with
+        assert found["read-ray-token"] == "Permission denied" and token.read_text() == "secret"  # /dev/null over it
+    else:
+        assert found["write-after-remount"] == "written"  # nothing was read-only in the first place
+        assert found["read-ray-token"] == "read 6 bytes"
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)

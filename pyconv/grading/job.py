@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import schema
-from .sandbox import Limits, StepResult, run_step
+from .sandbox import Limits, StepResult, job_environment, run_step
 
 TEAM_FILES = ("new-forward.h", "new-forward.cuh")
 MEMBERS_FILE = "members.txt"
@@ -168,7 +168,8 @@ class _Job:
         self.hide = [Path(h) for h in spec.hide] + [base.resolve()]
         project = spec.project or [sys.executable, "-m", "invoke", "-r", "{root}"]
         self.project = [a.replace("{root}", str(self.root)) for a in project]
-        self.env = {**os.environ, "PYCONV_NATIVE_DIR": str(self.build_dir), "PYCONV_LOGS": str(self.scratch / "logs"),
+        self.env = {**job_environment(dict(os.environ)), "PYCONV_NATIVE_DIR": str(self.build_dir),
+                    "PYCONV_LOGS": str(self.scratch / "logs"),
                     "TMPDIR": str(self.scratch / "tmp"), "HOME": str(self.scratch / "home"),
                     "PYTHONDONTWRITEBYTECODE": "1", "PYCONV_COMMIT": spec.commit}
         for d in ("team", "logs", "tmp", "home", "runs"):

@@ -122,9 +122,30 @@ def bwrap_prefix(scratch: Path, hide: list[Path], limits: Limits, gpu: bool) -> 
     for h in hide:
         if h.exists():
             args += ["--tmpfs", str(h)]  # before the scratch bind: a scratch inside `h` stays visible
+    for f in secret_files():
+        args += ["--ro-bind", "/dev/null", str(f)]
     args += ["--bind", str(scratch), str(scratch), "--unshare-net", "--unshare-pid", "--unshare-ipc",
-             "--unshare-uts", "--die-with-parent", "--chdir", str(scratch), "--"]
-    return args
+             "--unshare-uts", "--die-with-parent", "--chdir", str(scratch)]
+    if os.geteuid() == 0:
+        # A grader running as root keeps every capability inside bwrap unless told otherwise, and with
+        # CAP_SYS_ADMIN `mount -o remount,bind,rw /` undoes the read-only view (measured: tests/test_grade_safety.py)
+        args += ["--cap-drop", "ALL"]
+    return args + ["--"]
+
+
+def secret_files() -> list[Path]:
+    """Files a job must not read even though the grader can: Ray's cluster token (whoever holds it can run code
+    on every node of the cluster)."""
+    out = [Path.home() / ".ray" / "auth_token"]
+    if os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        out.append(Path(os.environ["RAY_AUTH_TOKEN_PATH"]))
+    return [f.resolve() for f in out if f.is_file()]
+
+
+def job_environment(base: dict[str, str]) -> dict[str, str]:
+    """The grader's environment without Ray's own variables (RAY_AUTH_TOKEN among them); CUDA_VISIBLE_DEVICES,
+    which Ray set for this job's GPU, stays."""
+    return {k: v for k, v in base.items() if not k.startswith("RAY_")}
 
 
 # The launcher sets the rlimits, then execs the step: it runs outside the sandbox, before bwrap.

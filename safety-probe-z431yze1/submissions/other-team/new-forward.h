@@ -1,0 +1,1 @@
+// another team's work
