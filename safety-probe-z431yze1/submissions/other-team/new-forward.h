@@ -1,1 +1,0 @@
-// another team's work
