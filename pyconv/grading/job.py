@@ -55,6 +55,10 @@ def needs_gpu(milestone: str) -> bool:
     return milestone != "2"
 
 
+def student_variant(milestone: str) -> str:
+    return "cpu-student" if milestone == "2" else "gpu-student"
+
+
 def slot_for(milestone: str) -> str:
     """The file a team must hand in for a milestone: the CPU one for 2, the CUDA one after."""
     return "new-forward.h" if milestone == "2" else "new-forward.cuh"
@@ -191,8 +195,10 @@ class _Job:
 
     def milestone_argv(self, batch: int, record: Path) -> list[str]:
         s = self.spec
-        return [*self.project, "milestone", "--m", s.milestone, "--student", str(self.team_dir), "--model", s.model,
-                "--batch", str(batch), "--record", str(record)]
+        # --impl names the student's variant outright: a student build's defaults never decide what is graded
+        return [*self.project, "milestone", "--m", s.milestone, "--student", str(self.team_dir),
+                "--impl", student_variant(s.milestone), "--model", s.model, "--batch", str(batch),
+                "--record", str(record)]
 
     def run(self) -> dict:
         s = self.spec

@@ -88,7 +88,8 @@ def grade(submissions, m="2", runs="3", batches=None, model="ece408", sanitize=F
     grades = Path(grades).resolve() if grades else DEFAULT_GRADES
     mem = _positive(memory_mb, "--memory-mb")
     run_limits = Limits(wall_s=_positive(timeout_run, "--timeout-run", float), memory_mb=mem)
-    build_limits = Limits(wall_s=_positive(timeout_build, "--timeout-build", float), memory_mb=max(mem, 4096))
+    # a build's memory is the compilers' (nvcc's cicc and ptxas want a few GiB), not the team's: never below 8 GiB
+    build_limits = Limits(wall_s=_positive(timeout_build, "--timeout-build", float), memory_mb=max(mem, 8192))
     date = dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
     root = paths.ROOT
     commit = checkout_commit(root)
