@@ -257,6 +257,9 @@ def report(c, json=None, out=None, readme=False):
         print(f"rewrote the benchmark section of {r.update_readme(results)}")
 
 
+# --- teachers' tasks (left out of a student handout) ---
+
+
 @task(help={"submissions": "folder with one folder per team (its new-forward.h and/or new-forward.cuh, optionally "
                            "members.txt with one name a line)",
             "m": "milestone: 2 (new-forward.h, CPU), 3, 4 or final (new-forward.cuh, GPU); default 2",
@@ -298,3 +301,17 @@ def leaderboard(c, grades=None, m=None, out=None):
 
     written = lb.write_leaderboard(Path(grades) if grades else g.DEFAULT_GRADES, milestone=m, out=out)
     print("wrote " + ", ".join(str(p) for p in written))
+
+
+@task(help={"dest": "new folder for the student edition (must not exist or be empty)"})
+@user_errors
+def handout(c, dest=None):
+    """Write the student edition of this tree: skeletons in the student slots, no variant files, no grader."""
+    from pyconv.tools import handout as h
+
+    if dest is None:
+        raise Exit("error: --dest DIR is required (a new folder for the student edition)", code=1)
+    h.write_handout(dest)
+
+
+# --- end of teachers' tasks ---
