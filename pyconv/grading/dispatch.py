@@ -12,7 +12,9 @@ verdict."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -86,11 +88,10 @@ def run_jobs(specs: list[JobSpec], cluster: str | None, say: Callable[[str], Non
 def _run_on_ray(specs, cluster, say, cpus_per_job):
     import ray
 
-    import pyconv
-
-    # The job code goes to the workers with the task (py_modules uploads the package; Ray leaves out what the
-    # project's .gitignore ignores: the built modules). The project itself is each node's own checkout.
-    runtime_env = {"py_modules": [str(Path(pyconv.__file__).parent)],
+    # The job code goes to the workers with the task: a copy of just what it imports (this package and two core
+    # modules; not the built native modules, which are each node's own). The project it runs is the node's checkout.
+    staging = tempfile.TemporaryDirectory(prefix="pyconv-grading-")
+    runtime_env = {"py_modules": [str(_job_package(Path(staging.name)))],
                    "env_vars": {k: v for k, v in os.environ.items() if k.startswith("PYCONV_")}}
     if cluster:
         try:
@@ -130,6 +131,18 @@ def _run_on_ray(specs, cluster, say, cpus_per_job):
                 yield spec, None, f"Ray lost the job: {str(e).splitlines()[0]}", {}
     finally:
         ray.shutdown()
+        staging.cleanup()
+
+
+def _job_package(dest: Path) -> Path:
+    """dest/pyconv holding the modules a job imports, and nothing else."""
+    src = Path(__file__).resolve().parent.parent
+    pkg = dest / "pyconv"
+    for rel in ("__init__.py", "core/__init__.py", "core/errors.py", "core/fileio.py"):
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / rel, pkg / rel)
+    shutil.copytree(src / "grading", pkg / "grading", ignore=shutil.ignore_patterns("__pycache__"))
+    return pkg
 
 
 def _ray_job(spec: JobSpec) -> tuple[JobResult, dict]:

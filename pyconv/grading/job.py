@@ -175,7 +175,9 @@ class _Job:
         self.env = {**job_environment(dict(os.environ)), "PYCONV_NATIVE_DIR": str(self.build_dir),
                     "PYCONV_LOGS": str(self.scratch / "logs"),
                     "TMPDIR": str(self.scratch / "tmp"), "HOME": str(self.scratch / "home"),
-                    "PYTHONDONTWRITEBYTECODE": "1", "PYCONV_COMMIT": spec.commit}
+                    "PYTHONDONTWRITEBYTECODE": "1", "PYCONV_COMMIT": spec.commit,
+                    # the node's checkout, never the copy of the job's code that Ray put on PYTHONPATH
+                    "PYTHONPATH": str(self.root)}
         for d in ("team", "logs", "tmp", "home", "runs"):
             (self.scratch / d).mkdir()
         for name, text in spec.files.items():
