@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pyconv.core.errors import PyconvError
-from pyconv.grading import schema
+from pyconv.grading import dispatch, schema
 from pyconv.grading.job import classify, correctness_matches
 from pyconv.grading.sandbox import Limits, StepResult, run_step
 from pyconv.tools import leaderboard as lb
@@ -182,11 +182,21 @@ def test_leaderboard_of_nothing_is_one_line(tmp_path):
     assert r.returncode == 1 and r.stderr.strip().count("\n") == 0 and "no grade records" in r.stderr
 
 
+@pytest.mark.skipif(dispatch.visible_gpus() > 0, reason="this machine has a GPU")
+def test_a_gpu_milestone_without_a_gpu_is_one_line(tmp_path):
+    pytest.importorskip("ray")
+    r = subprocess.run([sys.executable, "-m", "invoke", "grade", "--submissions", str(FIXTURES / "gpu-teams"), "--m",
+                        "3", "--grades", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "need a GPU" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_grade_rejects_bad_input_in_one_line(tmp_path):
     for args, msg in ((["--submissions", str(tmp_path / "none")], "no such folder"),
                       (["--submissions", str(TEAMS), "--m", "1"], "--m must be one of"),
                       (["--submissions", str(TEAMS), "--runs", "0"], "--runs must be a positive"),
-                      (["--submissions", str(TEAMS), "--batches", "10,x"], "--batches")):
+                      (["--submissions", str(TEAMS), "--batches", "10,x"], "--batches"),
+                      (["--submissions", str(TEAMS), "--sanitize"], "milestones 3, 4 and final only")):
         r = subprocess.run([sys.executable, "-m", "invoke", "grade", *args], cwd=ROOT, capture_output=True,
                            text=True, timeout=120)
         assert r.returncode == 1 and msg in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)

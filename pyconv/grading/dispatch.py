@@ -74,6 +74,8 @@ def run_jobs(specs: list[JobSpec], cluster: str | None, say: Callable[[str], Non
     if not ray_available():
         if cluster:
             raise PyconvError(f"--cluster {cluster} needs Ray: pip install '.[cluster]' (or pip install ray)")
+        if any(needs_gpu(s.milestone) for s in specs) and visible_gpus() < 1:
+            raise PyconvError("milestones 3, 4 and final need a GPU, and this machine shows none")
         say(f"Ray is not installed (pip install '.[cluster]'): grading the {len(specs)} job(s) one after another "
             "in this process")
         for spec in specs:

@@ -81,6 +81,8 @@ def grade(submissions, m="2", runs="3", batches=None, model="ece408", sanitize=F
         raise PyconvError(f"--m must be one of {', '.join(schema.MILESTONES)} (milestone 1 is PyTorch's), got {m!r}")
     if submissions is None:
         raise PyconvError("--submissions DIR is required (one folder per team)")
+    if sanitize and m == "2":
+        raise PyconvError("--sanitize runs compute-sanitizer on the GPU: milestones 3, 4 and final only")
     submissions = Path(submissions).resolve()
     teams = discover(submissions)
     runs = _positive(runs, "--runs")
