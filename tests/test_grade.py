@@ -226,7 +226,9 @@ def test_grade_the_fixture_teams_on_embedded_ray_then_the_leaderboard(tmp_path):
     assert "SIGSEGV" in records["crashes-segfault"]["evidence"][0]
     assert "SIGABRT" in records["crashes-abort"]["evidence"][0]
     assert "Remove this line" in records["skeleton"]["evidence"][0]
-    assert records["wrong-last-row"]["evidence"][0].startswith("layer 1 (cpu-student): check failed")
+    wrong = records["wrong-last-row"]
+    assert wrong["stage"] == "check" and "2 test shape(s) differ from the reference" in wrong["evidence"][0]
+    assert wrong["evidence"][1].startswith("B=3 C=1 H=20 W=20 M=4 K=5: worst |error|")
     assert records["correct-seven-loops"]["members"] == ["Ada Lovelace", "Alan Turing"]
     for team in ("correct-seven-loops", "correct-reordered"):
         rec = records[team]

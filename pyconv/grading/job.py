@@ -6,17 +6,18 @@ The job talks to the project only through its command line, as the course's rai 
 where <project> is `python3 -m invoke -r ROOT` (ROOT: the checkout on the node that runs the job). Tests replace
 <project> with a small stand-in script that answers the same two commands.
 
-Steps, stopping at the first that fails: build; one milestone run at each correctness batch but the last (the
-course's 100 and 1000); `runs` milestone runs at the last batch (10000), the fastest by the sum of its Op Times
-kept; with `sanitize`, one run of the first batch under compute-sanitizer's memcheck. Every step runs in the
-team's own scratch folder under sandbox.run_step's limits. The verdict comes from what the step did:
+Steps, stopping at the first that fails: build; the team's variant against the reference at the test shapes
+(pyconv.grading.shapes: every course layer and the edge cases); one milestone run at each correctness batch but
+the last (the course's 100 and 1000); `runs` milestone runs at the last batch (10000), the fastest by the sum of
+its Op Times kept; with `sanitize`, one run of the first batch under compute-sanitizer's memcheck. Every step runs
+in the team's own scratch folder under sandbox.run_step's limits. The verdict comes from what the step did:
     timeout        the step ran past its wall-clock limit (the whole session killed)
     out-of-memory  over the memory limit (killed), or the program said so (bad_alloc, MemoryError, CUDA OOM)
     crashed        ended by a signal (segfault, abort, ...), killed for too many processes or too much disk,
                    or an error exit that is not a failed check (a CHECK of the skeleton, a CUDA error)
     build-failed   the build exited non-zero (the compiler's first error lines are the evidence)
-    wrong          a layer check failed (the layer, variant, worst position and error), a Correctness away
-                   from the reference's for that model and batch, or a memcheck error
+    wrong          a test shape or a layer check failed (the shape or layer, worst position and error), a
+                   Correctness away from the reference's for that model and batch, or a memcheck error
     ok             everything ran and matched"""
 
 from __future__ import annotations
@@ -219,6 +220,12 @@ class _Job:
         verdict = classify(r, "build")
         if verdict:
             return schema.finish(rec, *verdict)
+        out = self.scratch / "runs" / "shapes.json"
+        argv = ([*self.project, "shapes"] if s.project else [sys.executable, "-m", "pyconv.grading.shapes"])
+        r = self.step("shapes", [*argv, "--m", s.milestone, "--record", str(out)], s.run_limits, gpu=self.gpu)
+        verdict = classify(r, "check", _read_json(out))
+        if verdict:
+            return schema.finish(rec, *verdict)
         expected = expected_correctness(self.root, s.model)
         fastest = None
         plan = [(b, 1) for b in s.batches[:-1]] + [(s.batches[-1], s.runs)]
@@ -293,6 +300,10 @@ def classify(r: StepResult, stage: str, mrec: dict | None = None) -> tuple[str, 
     failed = [layer for layer in (mrec or {}).get("layers", []) if not layer.get("check", {}).get("ok", True)]
     if failed:
         return "wrong", stage, [_layer_line(layer) for layer in failed][:EVIDENCE_LINES]
+    shapes = [sh for sh in (mrec or {}).get("shapes", []) if not sh.get("ok", True)]
+    if shapes:
+        return "wrong", stage, [f"{len(shapes)} test shape(s) differ from the reference:",
+                                *[_shape_line(sh) for sh in shapes]][:EVIDENCE_LINES]
     errors = [ln for ln in r.output.splitlines() if ln.lower().startswith("error")]
     if errors:  # the program's own error line says more than its exit status
         return "crashed", stage, [*errors[:EVIDENCE_LINES - 1], f"({stage}: exited with status {r.returncode})"]
@@ -320,6 +331,11 @@ def _layer_line(layer: dict) -> str:
 
 
 _TELLING = re.compile(r"error|fault|abort|terminate|exception|signal|killed|fatal|what\(\)", re.IGNORECASE)
+
+
+def _shape_line(entry: dict) -> str:
+    b, c, h, w, m, k = entry.get("shape", [None] * 6)
+    return f"B={b} C={c} H={h} W={w} M={m} K={k}: {entry.get('why', '?')}"
 
 
 def _tail(text: str, n: int = EVIDENCE_LINES - 1) -> list[str]:

@@ -7,7 +7,7 @@ Version 1, every key always present (null where a stage was not reached):
     members      names from the team's members.txt (one a line), [] without one
     milestone    "2" | "3" | "4" | "final"
     verdict      "ok" | "wrong" | "build-failed" | "crashed" | "timeout" | "out-of-memory"
-    stage        where the verdict was decided: "build" | "run" | "sanitize" | null (ok)
+    stage        where the verdict was decided: "build" | "check" (the test shapes) | "run" | "sanitize" | null (ok)
     evidence     the first lines that explain the verdict (at most 12), [] when ok
     model        the model the milestone ran
     files        {file name: sha256} of what the team handed in (what was graded)
@@ -40,7 +40,7 @@ from ..core.fileio import write_text_atomic
 SCHEMA = "pyconv-grade"
 VERSION = 1
 VERDICTS = ("ok", "wrong", "build-failed", "crashed", "timeout", "out-of-memory")
-STAGES = ("build", "run", "sanitize", None)
+STAGES = ("build", "check", "run", "sanitize", None)
 MILESTONES = ("2", "3", "4", "final")
 MAX_EVIDENCE = 12
 MAX_EVIDENCE_CHARS = 400  # per line: a compiler's template error can be pages long
@@ -98,7 +98,7 @@ def validate(rec: dict) -> list[str]:
     if rec["verdict"] not in VERDICTS:
         p.append(f"verdict {rec['verdict']!r} not one of {', '.join(VERDICTS)}")
     if rec["stage"] not in STAGES:
-        p.append(f"stage {rec['stage']!r} not one of build, run, sanitize, null")
+        p.append(f"stage {rec['stage']!r} not one of build, check, run, sanitize, null")
     if not isinstance(rec["evidence"], list) or len(rec["evidence"]) > MAX_EVIDENCE:
         p.append(f"evidence must be a list of at most {MAX_EVIDENCE} lines")
     elif rec["verdict"] not in ("ok", None) and not rec["evidence"]:
