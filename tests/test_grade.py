@@ -248,3 +248,27 @@ def test_grade_the_fixture_teams_on_embedded_ray_then_the_leaderboard(tmp_path):
     assert {row["team"]: row["verdict"] for row in rows} == EXPECTED
     assert (tmp_path / "grades" / "leaderboard-m2.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| 1 |" in (tmp_path / "grades" / "leaderboard-m2.md").read_text()
+
+
+def test_a_record_changed_while_grading_is_written_again(tmp_path, monkeypatch):
+    """Without a sandbox a team's code can write into the grades folder: the grader rewrites every record from
+    its job's result at the end and says which had changed."""
+    from pyconv.grading.job import JobResult
+    from pyconv.tools import grade as g
+
+    grades = tmp_path / "grades"
+
+    def fake_run_jobs(specs, cluster, say, cpus_per_job):
+        for i, spec in enumerate(specs[:2]):
+            if i == 1:  # the second team's code overwrites the first team's record
+                schema.record_path(grades, specs[0].team, "2").write_text('{"verdict": "ok", "sum": 0}')
+            rec = ok_record(spec.team)
+            yield spec, JobResult(record=rec, log="", node={}), None, {"node": "n"}
+
+    monkeypatch.setattr(g, "run_jobs", fake_run_jobs)
+    monkeypatch.setattr(g.paths, "LOGS", tmp_path / "logs")
+    said = []
+    assert g.grade(TEAMS, grades=grades, say=said.append) == 0
+    first = sorted(p.name for p in TEAMS.iterdir() if p.is_dir())[0]
+    assert any("was changed while grading" in line and first in line for line in said), said
+    assert schema.load_records(grades)[0]["team"] == first and schema.validate(schema.load_records(grades)[0]) == []

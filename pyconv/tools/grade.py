@@ -105,7 +105,7 @@ def grade(submissions, m="2", runs="3", batches=None, model="ece408", sanitize=F
                      hide=[str(submissions), str(grades)])
              for t, mem_, files in teams]
     logdir = paths.LOGS / "grades" / date.replace(":", "")
-    placements = []
+    placements, written = [], {}
     failures = 0
     for spec, result, error, placement in run_jobs(specs, cluster, say, cpus_per_job=_positive(jobs_cpus,
                                                                                                  "--jobs-cpus", float)):
@@ -113,7 +113,8 @@ def grade(submissions, m="2", runs="3", batches=None, model="ece408", sanitize=F
             failures += 1
             say(f"  {spec.team:20s} m{m}: not graded: {error}")
             continue
-        path = schema.write_record(grades, result.record)
+        schema.write_record(grades, result.record)
+        written[spec.team] = result.record
         rec = result.record
         score = f"sum {rec['sum']:.6f} s" if rec["sum"] is not None else (rec["evidence"] or [""])[0][:100]
         say(f"  {spec.team:20s} m{m}: {rec['verdict']:13s} {score}")
@@ -121,7 +122,17 @@ def grade(submissions, m="2", runs="3", batches=None, model="ece408", sanitize=F
         write_text_atomic(logdir / f"{spec.team}-m{m}.log",
                           f"# {spec.team} m{m}: {rec['verdict']} (node {placement.get('node', '?')}, host "
                           f"{placement.get('host', '?')})\n\n{result.log}\n")
-        del path
+    # Without a sandbox a later job could have rewritten an earlier team's record: write them all again, from what
+    # the jobs returned, and say which had changed.
+    for team, rec in written.items():
+        path = schema.record_path(grades, team, m)
+        try:
+            same = json.loads(path.read_text()) == rec
+        except (OSError, ValueError):
+            same = False
+        if not same:
+            say(f"  {path} was changed while grading: written again from its job's result")
+            schema.write_record(grades, rec)
     write_text_atomic(logdir / "placement.json", json.dumps(placements, indent=2) + "\n")
     say(f"records: {grades}   logs: {logdir}")
     return 1 if failures else 0
