@@ -38,7 +38,7 @@ def user_errors(fn):
             "force": "rebuild datasets/fashion-mnist.h5 even when a valid one exists"})
 @user_errors
 def data(c, source=None, force=False):
-    """Fetch and verify Fashion-MNIST, write datasets/fashion-mnist.h5 (28x28 and the course's 48/64/72 sets)."""
+    """Fetch and verify Fashion-MNIST, write datasets/fashion-mnist.h5 (28x28 and the course's 48/64/70/72 sets)."""
     from pyconv.core import data as d
 
     d.prepare(source=source, force=force)
@@ -103,19 +103,47 @@ def import_mxnet(c, symbol=None, params=None, name=None, input_size="48", force=
 
 @task(help={"m": "milestone: 1, 2, 3, 4 or final", "batch": "number of test images, 1..10000 (default 10000)",
             "model": "model name (default ece408; `invoke models` lists them)",
-            "impl": "convolution implementation (m2: cpu-naive|cpu-fast|numpy; m3/4/final: a GPU variant)",
+            "impl": "convolution variant on every conv layer (m2: a CPU variant or numpy; m3/4/final: a GPU variant); "
+                    "a layer it cannot take is an error",
+            "fallback": "with --impl: a layer the variant cannot take runs milestone 4's (else 3's) default instead",
             "posix": "print the `time -p` form (real/user/sys) instead of GNU time's default block",
             "device": "m1 only: cpu, gpu or both", "gpus": "final only: number of GPUs or 'all'"})
 @user_errors
-def milestone(c, m=None, batch="10000", model="ece408", impl=None, posix=False, device="both", gpus="1"):
+def milestone(c, m=None, batch="10000", model="ece408", impl=None, fallback=False, posix=False, device="both",
+              gpus="1"):
     """Run a course milestone: prints Op Time per conv layer and Correctness, logs a /usr/bin/time block."""
     from pyconv.tools import milestones
 
     if m is None:
         raise Exit("error: --m is required (1, 2, 3, 4 or final)", code=1)
-    code = milestones.run(m, batch=batch, model=model, impl=impl, posix=posix, device=device, gpus=gpus)
+    code = milestones.run(m, batch=batch, model=model, impl=impl, posix=posix, device=device, gpus=gpus,
+                          fallback=fallback)
     if code:
         raise Exit(code=code)
+
+
+@task(help={"m": "milestone: 2, 3, 4 or final", "batch": "number of images, 1..10000 (default 10000)",
+            "model": "model name (default ece408)", "impl": "as for `invoke milestone`",
+            "fallback": "as for `invoke milestone`",
+            "gpu": "explain for this GPU by name (e.g. 'NVIDIA H200'; default: the visible one)"})
+@user_errors
+def plan(c, m=None, batch="10000", model="ece408", impl=None, fallback=False, gpu=None):
+    """What a milestone would run, and why: the variant per conv layer, the FC math, the precision, the pipeline."""
+    from pyconv.tools import milestones
+
+    if m is None:
+        raise Exit("error: --m is required (2, 3, 4 or final)", code=1)
+    print("\n".join(milestones.explain(m, batch=batch, model=model, impl=impl, fallback=fallback, gpu_name=gpu)))
+
+
+@task(help={"results": "folder of bench JSON files (default results/); the files go to <folder>/evidence/"})
+@user_errors
+def evidence(c, results=None):
+    """Rebuild each GPU's evidence file (what `final` chooses from) from the bench JSON files in results/."""
+    from pyconv.bench import evidence as ev
+
+    for path in ev.rebuild(results):
+        print(f"wrote {path}")
 
 
 @task(help={"m": "milestone to profile: 1, 3, 4 or final (2 runs on the CPU: nothing to trace)",
@@ -145,7 +173,7 @@ def models(c):
         print(f"{name:16s} {m.arch:6s} {m.summary()}")
 
 
-@task(help={"arch": "architecture: fa17, sp18, fa18 or sp19 (pyconv/archs.py)",
+@task(help={"arch": "architecture: fa17, sp18, fa18, sp19 or fa19 (pyconv/core/archs.py)",
             "name": "name of the new model (written to datasets/models/NAME.h5)",
             "epochs": "passes over the 60000 training images, >= 1 (default 2)",
             "seed": "seed of the initialisation and the shuffling: same seed, same weights on one machine "
@@ -221,7 +249,7 @@ def sanitize(c, tools=None, variants=None, milestone="3", model=None, batch="64"
 
 
 @task(help={"model": "model(s) whose conv layers to benchmark, comma-separated; an architecture name (fa17, sp18, "
-                     "fa18, sp19) works too (default ece408; for --end-to-end: every shipped model)",
+                     "fa18, sp19, fa19) works too (default ece408; for --end-to-end: every shipped model)",
             "batch": "images per layer, 1..10000 (default 10000; cpu-naive then runs 1000 unless --batch is given)",
             "reps": "timed runs per measurement (default 20 on the GPU, 5 on the CPU)",
             "warmup": "untimed runs before the timed ones (default 5; the CPU does one)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pyconv import verify
 from pyconv.core.model import Layer, Model, validate
 
 try:
@@ -24,16 +25,10 @@ def gpu():
 
 
 def close(y: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tuple[bool, str]:
-    """atol + rtol*|ref|, NaN anywhere fails; returns (ok, a message naming the worst element)."""
-    if y.shape != ref.shape:
-        return False, f"shape {y.shape} != reference {ref.shape}"
-    err = np.abs(y.astype(np.float64) - ref.astype(np.float64))
-    bound = atol + rtol * np.abs(ref.astype(np.float64))
-    bad = ~(err <= bound)  # NaN -> bad
-    if bad.any():
-        i = np.unravel_index(np.argmax(np.where(bad, np.nan_to_num(err, nan=np.inf), -1)), y.shape)
-        return False, f"{bad.sum()} of {y.size} off; worst at {i}: got {y[i]}, want {ref[i]}"
-    return True, ""
+    """pyconv.verify's comparison (atol + rtol*|ref|, NaN anywhere fails): (ok, a message naming the worst
+    element)."""
+    c = verify.compare(np.asarray(y), np.asarray(ref), rtol, atol)
+    return c.passed, c.why
 
 
 def random_model(rng: np.random.Generator, input_shape=(1, 20, 20), name="random-test") -> Model:

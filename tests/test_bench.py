@@ -1,5 +1,6 @@
-"""`invoke bench` (pyconv.bench): the arithmetic (flops, bytes, roofline floor), the correctness gate, the goals,
-the JSON tags and its atomic write, and the CPU benchmark end to end on a tiny model. GPU parts are marked gpu."""
+"""`invoke bench` (pyconv.bench): the arithmetic (flops, bytes, roofline floor), the correctness gate (pyconv.verify),
+the goals, the JSON tags and its atomic write, and the CPU benchmark end to end on a tiny model. GPU parts are
+marked gpu."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import numpy as np
 import pytest
 from gpu_helpers import HAVE_GPU, random_model, requires_gpu
 
+from pyconv import native, variants, verify
+from pyconv.bench import cpu_layers, goals, gpu_layers, roofline, sites, tags, timing
 from pyconv.bench import run as bench
+from pyconv.bench.schema import FORMAT, VERSION
 from pyconv.core import reference
 from pyconv.core.errors import PyconvError
 from pyconv.core.model import save_model
@@ -21,46 +25,46 @@ from pyconv.core.model import save_model
 
 def test_flops_and_bytes_of_sp19_conv1():
     # Ho = Wo = 44; 2 * 10000 * 6 * 44 * 44 * 1 * 25 = 5,808,000,000
-    assert bench.conv_flops(10000, 1, 48, 48, 6, 5) == 5_808_000_000
+    assert roofline.conv_flops(10000, 1, 48, 48, 6, 5) == 5_808_000_000
     # x 10000*2304 = 23,040,000; k 150; y 10000*6*1936 = 116,160,000 floats; * 4 bytes
-    assert bench.conv_bytes(10000, 1, 48, 48, 6, 5) == 4 * (23_040_000 + 150 + 116_160_000)
+    assert roofline.conv_bytes(10000, 1, 48, 48, 6, 5) == 4 * (23_040_000 + 150 + 116_160_000)
     # pooled y: 22x22 -> 10000*6*484 = 29,040,000 floats
-    assert bench.conv_bytes(10000, 1, 48, 48, 6, 5, pooled=True) == 4 * (23_040_000 + 150 + 29_040_000)
+    assert roofline.conv_bytes(10000, 1, 48, 48, 6, 5, pooled=True) == 4 * (23_040_000 + 150 + 29_040_000)
 
 
 def test_flops_and_bytes_of_sp19_conv2_and_odd_pooling():
     # Ho = Wo = 18; 2 * 10000 * 16 * 324 * 6 * 25 = 15,552,000,000
-    assert bench.conv_flops(10000, 6, 22, 22, 16, 5) == 15_552_000_000
-    assert bench.conv_bytes(10000, 6, 22, 22, 16, 5) == 4 * (10000 * 6 * 484 + 16 * 6 * 25 + 10000 * 16 * 324)
+    assert roofline.conv_flops(10000, 6, 22, 22, 16, 5) == 15_552_000_000
+    assert roofline.conv_bytes(10000, 6, 22, 22, 16, 5) == 4 * (10000 * 6 * 484 + 16 * 6 * 25 + 10000 * 16 * 324)
     # 7x9 input, K=2: 6x8 output, pooled floor 3x4
-    assert bench.conv_bytes(1, 1, 7, 9, 1, 2, pooled=True) == 4 * (63 + 4 + 12)
+    assert roofline.conv_bytes(1, 1, 7, 9, 1, 2, pooled=True) == 4 * (63 + 4 + 12)
 
 
 def test_floor_takes_the_slower_of_bytes_and_flops():
     # 3 GB at 3000 GB/s = 1 ms; 1e12 flops at 50,000 GFLOP/s = 20 ms -> compute bound
-    assert bench.floor_ms(10**12, 3 * 10**9, 3000.0, 50000.0) == pytest.approx(20.0)
+    assert roofline.floor_ms(10**12, 3 * 10**9, 3000.0, 50000.0) == pytest.approx(20.0)
     # the same bytes, 1e9 flops (0.02 ms) -> memory bound, 1 ms
-    assert bench.floor_ms(10**9, 3 * 10**9, 3000.0, 50000.0) == pytest.approx(1.0)
+    assert roofline.floor_ms(10**9, 3 * 10**9, 3000.0, 50000.0) == pytest.approx(1.0)
     with pytest.raises(PyconvError):
-        bench.floor_ms(1, 1, 0.0, 1.0)
+        roofline.floor_ms(1, 1, 0.0, 1.0)
 
 
 def test_rates_and_percent_of_roofline():
-    r = bench.rates(flops=2 * 10**9, nbytes=4 * 10**8, ms=2.0, floor=0.5)
+    r = roofline.rates(flops=2 * 10**9, nbytes=4 * 10**8, ms=2.0, floor=0.5)
     assert r["gflops"] == pytest.approx(1000.0)  # 2e9 flops in 2 ms
     assert r["gbps"] == pytest.approx(200.0)  # 0.4 GB in 2 ms
     assert r["pct_roofline"] == pytest.approx(25.0)
 
 
 def test_stats():
-    s = bench.stats([5.0, 1.0, 3.0, 2.0, 4.0])
+    s = timing.stats([5.0, 1.0, 3.0, 2.0, 4.0])
     assert s == {"median": 3.0, "min": 1.0, "p90": pytest.approx(4.6), "reps": 5}
     with pytest.raises(PyconvError):
-        bench.stats([])
+        timing.stats([])
 
 
 def test_random_inputs_are_nonzero_float32_of_both_signs(rng):
-    x = bench.random_nonzero(rng, (3, 4, 5, 6))
+    x = verify.random_nonzero(rng, (3, 4, 5, 6))
     assert x.dtype == np.float32 and x.flags.c_contiguous and x.shape == (3, 4, 5, 6)
     assert np.all(np.abs(x) >= 0.05) and np.all(np.abs(x) <= 1.0)
     assert (x > 0).any() and (x < 0).any()
@@ -71,35 +75,45 @@ def test_random_inputs_are_nonzero_float32_of_both_signs(rng):
 
 
 def test_check_slices_cover_both_ends():
-    n = bench.CHECK_IMAGES
-    assert bench.check_slices(5) == [slice(0, 5)]
-    assert bench.check_slices(n + 8) == [slice(0, n), slice(n, n + 8)]
-    assert bench.check_slices(10000) == [slice(0, n), slice(10000 - n, 10000)]
+    n = verify.CHECK_IMAGES
+    assert verify.check_slices(5) == [slice(0, 5)]
+    assert verify.check_slices(n + 8) == [slice(0, n), slice(n, n + 8)]
+    assert verify.check_slices(10000) == [slice(0, n), slice(10000 - n, 10000)]
 
 
 def test_compare_passes_within_tolerance_and_fails_beyond():
     ref = np.array([1.0, -2.0, 1e-8], np.float32)
-    ok = bench.compare(ref * (1 + 1e-6), ref, rtol=1e-5, atol=1e-6)
-    assert ok["passed"] and ok["max_abs_err"] < 1e-5
-    bad = bench.compare(ref + np.float32(1e-3), ref, rtol=1e-5, atol=1e-6)
-    assert not bad["passed"] and "3 of 3" in bad["why"]
+    ok = verify.compare(ref * (1 + 1e-6), ref, rtol=1e-5, atol=1e-6)
+    assert ok.passed and ok.max_abs_err < 1e-5 and ok.why == ""
+    bad = verify.compare(ref + np.float32(1e-3), ref, rtol=1e-5, atol=1e-6)
+    assert not bad.passed and "3 of 3" in bad.why and bad.as_dict()["why"] == "3 of 3 elements off"
     nan = ref.copy()
     nan[1] = np.nan
-    r = bench.compare(nan, ref, rtol=1e-5, atol=1e-6)
-    assert not r["passed"] and "NaN" in r["why"]
-    assert not bench.compare(ref[:2], ref, 1e-5, 1e-6)["passed"]
+    r = verify.compare(nan, ref, rtol=1e-5, atol=1e-6)
+    assert not r.passed and "NaN" in r.why and r.where == (1,)  # a NaN is the worst element
+    off = ref.copy()
+    off[2] += np.float32(0.5)
+    r = verify.compare(off, ref, rtol=1e-5, atol=1e-6)
+    assert r.where == (2,) and r.got == pytest.approx(0.5) and "worst at (2,)" in r.why
+    assert not verify.compare(ref[:2], ref, 1e-5, 1e-6).passed
+
+
+def test_the_tolerance_grows_with_the_square_root_of_the_sum():
+    assert verify.tolerance(1e-4, 6, 5) == (1e-4, pytest.approx(1e-4 * np.sqrt(150)))
+    assert verify.tolerance(2e-3, 1, 1) == (2e-3, pytest.approx(2e-3))
 
 
 def test_check_output_catches_an_error_in_the_last_images_only(rng):
-    x = bench.random_nonzero(rng, (80, 2, 9, 9))
-    k = bench.random_nonzero(rng, (3, 2, 3, 3))
+    x = verify.random_nonzero(rng, (80, 2, 9, 9))
+    k = verify.random_nonzero(rng, (3, 2, 3, 3))
     y = reference.conv2d(x, k)
-    assert bench.check_output(y, x, k, False, 1e-5, 1e-5)["passed"]
+    assert verify.check_output(y, x, k, "none", 1e-5, 1e-5)["passed"]
     y[-1, 2, 6, 6] += 1.0  # an image the first-images check would never see
-    r = bench.check_output(y, x, k, False, 1e-5, 1e-5)
-    assert not r["passed"] and r["images_checked"] == 2 * bench.CHECK_IMAGES
+    r = verify.check_output(y, x, k, "none", 1e-5, 1e-5)
+    assert not r["passed"] and r["images_checked"] == 2 * verify.CHECK_IMAGES
+    assert r["where"] == [79, 2, 6, 6]  # the position in the whole batch
     pooled = reference.tanh_maxpool2(reference.conv2d(x, k))
-    assert bench.check_output(pooled, x, k, True, 1e-5, 1e-5)["passed"]
+    assert verify.check_output(pooled, x, k, "tanh-maxpool2", 1e-5, 1e-5)["passed"]
 
 
 def test_a_cpu_variant_that_skips_an_output_is_marked_and_not_timed(rng, monkeypatch):
@@ -116,7 +130,8 @@ def test_a_cpu_variant_that_skips_an_output_is_marked_and_not_timed(rng, monkeyp
     monkeypatch.setattr(_cpu, "conv", forgets_one)
     site = {"model": "t", "layer": "conv1", "B": 4, "C": 1, "H": 8, "W": 8, "M": 2, "K": 3,
             "tanh_pool_follows": False}
-    rows = bench.bench_cpu_layer(site, ["cpu-fast"], lambda _n: 4, rng, reps=2, torch=None)
+    fast = next(v for v in variants.cpu_variants() if v.name == "cpu-fast")
+    rows = cpu_layers.bench_cpu_layer(site, [fast], lambda _n: 4, rng, reps=2, torch=None)
     assert len(rows) == 1
     assert not rows[0]["check"]["passed"] and "s" not in rows[0] and "FAILED" in rows[0]["skipped"]
 
@@ -139,14 +154,14 @@ def _layer(key, rows, cudnn_conv, cudnn_fused=None, batch=10000, fused=False):
              "tanh_pool_follows": fused, "variants": rows, "cudnn": {"conv_ms": {"median": cudnn_conv}}}
     if cudnn_fused is not None:
         layer["cudnn"]["conv_tanh_pool_ms"] = {"median": cudnn_fused}
-    bench.summarise_layer(layer)
+    gpu_layers.summarise_layer(layer)
     return layer
 
 
 def test_summarise_layer_picks_the_best_passing_variant_and_the_fused_path():
     failed = {"variant": "wrong", "step": 1, "summary": "", "epilogue": "none", "x_on_host": False,
               "check": {"passed": False}, "skipped": "FAILED"}
-    layer = _layer(bench.SP19_CONV1, [failed, _row("a", 0.30, tanh_pool=0.40), _row("b", 0.20, tanh_pool=0.35),
+    layer = _layer(goals.SP19_CONV1, [failed, _row("a", 0.30, tanh_pool=0.40), _row("b", 0.20, tanh_pool=0.35),
                                       _row("fused", 0.08, "tanh-maxpool2")], 2.0, 2.4, fused=True)
     assert layer["best_conv"]["variant"] == "b" and layer["best_conv"]["x_cudnn"] == pytest.approx(10.0)
     assert layer["best_conv_tanh_pool"]["variant"] == "fused"
@@ -162,10 +177,10 @@ def _by_name(goals):
 
 
 def test_goals_met_and_missed():
-    c1 = _layer(bench.SP19_CONV1, [_row("p", 0.5), _row("fused", 0.09, "tanh-maxpool2")], 2.2, 2.5, fused=True)
-    c2 = _layer(bench.SP19_CONV2, [_row("q", 0.40)], 1.0)  # 2.5x cuDNN: misses >= 3
+    c1 = _layer(goals.SP19_CONV1, [_row("p", 0.5), _row("fused", 0.09, "tanh-maxpool2")], 2.2, 2.5, fused=True)
+    c2 = _layer(goals.SP19_CONV2, [_row("q", 0.40)], 1.0)  # 2.5x cuDNN: misses >= 3
     result = {"parts": ["gpu"], "layers": [c1, c2]}
-    g = _by_name(bench.check_goals(result))
+    g = _by_name(goals.check_goals(result))
     total = g["sp19 total conv op time (best per layer, batch 10000)"]
     assert total["measured"] == pytest.approx(0.49) and total["met"] is False
     conv1 = next(v for k, v in g.items() if k.startswith("sp19 conv1 x cuDNN"))
@@ -175,13 +190,13 @@ def test_goals_met_and_missed():
     assert g["sp19 fused conv1 + tanh + pool"]["met"] is True
     fa17 = g["fa17 conv"]
     assert fa17["measured"] is None and fa17["met"] is None and "not in this run" in fa17["note"]
-    assert not any(x["name"].startswith("cpu-fast") for x in bench.check_goals(result))
+    assert not any(x["name"].startswith("cpu-fast") for x in goals.check_goals(result))
 
 
 def test_goals_need_batch_10000():
-    c1 = _layer(bench.SP19_CONV1, [_row("p", 0.01)], 2.2, batch=100)
-    c2 = _layer(bench.SP19_CONV2, [_row("q", 0.01)], 1.0, batch=100)
-    g = _by_name(bench.check_goals({"parts": ["gpu"], "layers": [c1, c2]}))
+    c1 = _layer(goals.SP19_CONV1, [_row("p", 0.01)], 2.2, batch=100)
+    c2 = _layer(goals.SP19_CONV2, [_row("q", 0.01)], 1.0, batch=100)
+    g = _by_name(goals.check_goals({"parts": ["gpu"], "layers": [c1, c2]}))
     assert g["sp19 total conv op time (best per layer, batch 10000)"]["met"] is None
 
 
@@ -195,9 +210,9 @@ def test_cpu_and_end_to_end_goals():
                       "correctness": 0.8397},
            "pytorch": {"pinned_ms": {"median": 7.0}, "pageable_ms": {"median": 8.0}, "correctness": 0.8398},
            "x_pytorch": {"pinned_ms": 5.0, "pageable_ms": 4.0}}
-    result = {"parts": ["cpu", "end_to_end"], "cpu": [cpu_row(bench.SP19_CONV1, 0.09), cpu_row(bench.SP19_CONV2, 0.2)],
+    result = {"parts": ["cpu", "end_to_end"], "cpu": [cpu_row(goals.SP19_CONV1, 0.09), cpu_row(goals.SP19_CONV2, 0.2)],
               "end_to_end": [e2e]}
-    g = _by_name(bench.check_goals(result))
+    g = _by_name(goals.check_goals(result))
     assert g["cpu-fast sp19 conv1 (batch 10000)"]["met"] is True
     assert g["cpu-fast sp19 conv2 (batch 10000)"]["met"] is False
     assert g["sp19 end to end, data resident"]["met"] is True
@@ -206,7 +221,7 @@ def test_cpu_and_end_to_end_goals():
     same = g["sp19 labels equal PyTorch's float32 ones (images that differ)"]
     assert same["measured"] == pytest.approx(1.0) and same["met"] is True  # from the accuracies: 1 image apart
     e2e["pyconv"]["differ_vs_pytorch"] = 3  # the label-by-label count, when the run has it, is what counts
-    same = _by_name(bench.check_goals(result))["sp19 labels equal PyTorch's float32 ones (images that differ)"]
+    same = _by_name(goals.check_goals(result))["sp19 labels equal PyTorch's float32 ones (images that differ)"]
     assert same["measured"] == 3 and same["met"] is False
 
 
@@ -232,43 +247,48 @@ def test_variant_selection():
 
 
 def test_tags():
-    assert re.fullmatch(r"([0-9a-f]{40}(-dirty)?|unknown)", bench.git_commit())
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", bench.utc_now())
-    cpu = bench.host_cpu()
+    assert re.fullmatch(r"([0-9a-f]{40}(-dirty)?|unknown)", tags.git_commit())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", tags.utc_now())
+    cpu = tags.host_cpu()
     assert cpu["model"] and cpu["cores"] >= 1
-    assert bench.cuda_version(12080) == "12.8" and bench.cuda_version(13000) == "13.0"
+    assert tags.cuda_version(12080) == "12.8" and tags.cuda_version(13000) == "13.0"
 
 
 def test_default_out_names_the_gpu_or_the_cpu():
     r = {"date": "2026-01-02T03:04:05+00:00", "gpu": {"name": "NVIDIA H100 80GB HBM3"}, "host_cpu": {"model": "x"}}
-    assert bench.default_out(r).name == "bench-nvidia-h100-80gb-hbm3-2026-01-02.json"
+    assert tags.default_out(r).name == "bench-nvidia-h100-80gb-hbm3-2026-01-02.json"
     r["gpu"] = None
     r["host_cpu"] = {"model": "Intel(R) Xeon(R) Processor"}
-    assert bench.default_out(r).name == "bench-cpu-intel-r-xeon-r-processor-2026-01-02.json"
+    assert tags.default_out(r).name == "bench-cpu-intel-r-xeon-r-processor-2026-01-02.json"
 
 
-def test_json_is_written_atomically(tmp_path, monkeypatch):
+def test_json_is_written_atomically_and_only_as_the_schema_says(tmp_path, monkeypatch):
     dest = tmp_path / "results" / "bench-x.json"
-    bench.write_json({"format": bench.FORMAT, "a": 1}, dest)
-    assert json.loads(dest.read_text()) == {"format": bench.FORMAT, "a": 1}
+    doc = {"format": FORMAT, "version": VERSION, "date": "2000-01-01T00:00:00+00:00", "parts": ["cpu"]}
+    tags.write_json(doc, dest)
+    assert json.loads(dest.read_text()) == doc
+    with pytest.raises(PyconvError, match="malformed: LayerResult: no 'model'"):
+        tags.write_json(dict(doc, layers=[{"layer": "conv1"}]), dest)
 
     def boom(*_a, **_k):
         raise RuntimeError("interrupted")
 
-    monkeypatch.setattr(bench.json, "dumps", boom)
+    monkeypatch.setattr(tags.json, "dumps", boom)
     with pytest.raises(RuntimeError):
-        bench.write_json({"b": 2}, dest)
-    assert json.loads(dest.read_text()) == {"format": bench.FORMAT, "a": 1}  # the old file, whole
+        tags.write_json(dict(doc, commit="x"), dest)
+    assert json.loads(dest.read_text()) == doc  # the old file, whole
     assert [p.name for p in dest.parent.iterdir()] == ["bench-x.json"]  # no temporary left behind
 
 
 def test_architecture_names_give_the_course_shapes():
-    sites = bench.sites_of(bench.layer_model("sp19"), 10000)
-    assert [(bench.shape_key(s), s["tanh_pool_follows"]) for s in sites] == [
-        (bench.SP19_CONV1, True), (bench.SP19_CONV2, False)]
-    assert [bench.shape_key(s) for s in bench.sites_of(bench.layer_model("fa17"), 1)] == [bench.FA17_CONV]
+    found = sites.sites_of(sites.layer_model("sp19"), 10000)
+    assert [(sites.shape_key(s), s["tanh_pool_follows"]) for s in found] == [
+        (goals.SP19_CONV1, True), (goals.SP19_CONV2, False)]
+    assert [sites.shape_key(s) for s in sites.sites_of(sites.layer_model("fa17"), 1)] == [goals.FA17_CONV]
+    assert [(sites.shape_key(s), s["tanh_pool_follows"]) for s in sites.sites_of(sites.layer_model("fa19"), 1)] == [
+        ((1, 70, 70, 12, 5), True), ((12, 33, 33, 24, 5), False)]
     with pytest.raises(PyconvError, match="architecture name"):
-        bench.layer_model("no-such-model")
+        sites.layer_model("no-such-model")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -278,19 +298,21 @@ def test_architecture_names_give_the_course_shapes():
 def test_cpu_bench_on_a_tiny_model(tmp_path, rng):
     model = random_model(rng, input_shape=(1, 14, 14), name="tiny")
     path = save_model(model, tmp_path / "tiny.h5")
-    out = tmp_path / "bench.json"
+    out = tmp_path / "tags.json"
     lines: list[str] = []
     result, dest = bench.run(model=str(path), batch=6, reps=2, cpu=True, out=str(out), echo=lines.append)
     assert dest == out
     data = json.loads(out.read_text())
     assert data == json.loads(json.dumps(result))
     assert data["format"] == "pyconv-bench" and data["version"] == 1 and data["parts"] == ["cpu"]
-    assert data["commit"] == bench.git_commit() and data["date"].endswith("+00:00")
+    assert data["commit"] == tags.git_commit() and data["date"].endswith("+00:00")
     assert data["host_cpu"]["cores"] >= 1 and data["settings"]["batch"] == 6
     assert data["settings"]["cpu_naive_batch"] == 6  # --batch given: cpu-naive runs it too
     from pyconv import _cpu
 
     names = [v["name"] for v in _cpu.variants()]
+    rtol = {v.name: v.rtol for v in variants.cpu_variants()}
+    assert data["cpu"] and all(r["check"]["rtol"] == rtol[r["variant"]] for r in data["cpu"] if "check" in r)
     ours = [r for r in data["cpu"] if r["variant"] in names]
     assert sorted({(r["layer"], r["variant"]) for r in ours}) == sorted(
         (layer, n) for layer in ("conv1", "conv2") for n in names)
@@ -314,8 +336,8 @@ def test_naive_batch_is_reduced_only_without_batch(tmp_path, rng):
     path = save_model(model, tmp_path / "tiny.h5")
     result, _ = bench.run(model=str(path), reps=1, cpu=True, out=str(tmp_path / "b.json"), variants="cpu-naive",
                           echo=lambda _s: None)
-    assert result["settings"]["batch"] == 10000 and result["settings"]["cpu_naive_batch"] == bench.NAIVE_BATCH
-    assert {r["B"] for r in result["cpu"] if r["variant"] == "cpu-naive"} == {bench.NAIVE_BATCH}
+    assert result["settings"]["batch"] == 10000 and result["settings"]["cpu_naive_batch"] == cpu_layers.NAIVE_BATCH
+    assert {r["B"] for r in result["cpu"] if r["variant"] == "cpu-naive"} == {cpu_layers.NAIVE_BATCH}
 
 
 def test_bad_arguments():
@@ -393,7 +415,8 @@ class StandInGpu:
     def variants():
         def v(name, step, epilogue="none"):
             return {"name": name, "step": step, "summary": "stand-in", "epilogue": epilogue, "x_on_host": False,
-                    "tolerance": 1e-4}
+                    "precision": "fp32", "rtol": 1e-4, "device": "gpu", "reads_u8": False,
+                    "roles": {"m3": {"role": "on-request", "reason": "a stand-in"}}}
 
         return [v("fake-plain", 0), v("fake-wrong", 1), v("fake-picky", 2), v("fake-fused", 3, "tanh-maxpool2")]
 
@@ -431,15 +454,15 @@ class StandInGpu:
 
 
 def test_gpu_layer_bookkeeping_with_a_stand_in(tmp_path, rng, monkeypatch):
-    from pyconv.engines import gpu as gpu_engine
-    from pyconv import tuning
+    from pyconv import autotune
 
     g = StandInGpu()
     monkeypatch.setattr(bench, "_gpu_available", lambda: True)
-    monkeypatch.setattr(gpu_engine, "gpu_module", lambda: g)
-    monkeypatch.setattr(tuning, "load_cache", lambda _name: 0)
-    monkeypatch.setattr(bench, "torch_gpu", lambda: None)
-    monkeypatch.setattr(bench, "_registries", lambda: ([v["name"] for v in g.variants()], []))
+    monkeypatch.setattr(native, "gpu", lambda *_a, **_k: g)
+    monkeypatch.setattr(autotune, "load_cache", lambda _name: 0)
+    monkeypatch.setattr(gpu_layers, "torch_gpu", lambda: None)
+    stand_ins = [variants.from_dict(d, lambda s, n=d["name"]: g.why_unsupported(n, *s)) for d in g.variants()]
+    monkeypatch.setattr(bench, "_registries", lambda: (stand_ins, []))
     model = random_model(rng, input_shape=(1, 14, 14), name="tiny")
     path = save_model(model, tmp_path / "tiny.h5")
     lines: list[str] = []
@@ -470,53 +493,21 @@ def test_gpu_layer_bookkeeping_with_a_stand_in(tmp_path, rng, monkeypatch):
     assert conv1["cudnn"] == {"error": "PyTorch with CUDA is not installed: no cuDNN column"}
     assert "Stand-in GPU" in lines[-1] and "fake-fused (conv+tanh+pool)" in lines[-1]
     assert all(g["met"] is None for g in result["goals"])  # no course layer at batch 10000 here
+    assert not any(line.startswith("updated ") for line in lines)  # --out outside results/: no evidence file
 
+    # Written to the results folder (the default destination): this GPU's evidence file follows the run.
+    from pyconv import evidence
+    from pyconv.core import paths
 
-def test_final_takes_the_fastest_passing_variant_of_the_newest_bench_of_this_gpu(tmp_path):
-    from pyconv import tuning
-
-    def row(name, ms, passed=True, tanh_pool_ms=None, epilogue="none", x_on_host=False):
-        r = {"variant": name, "epilogue": epilogue, "x_on_host": x_on_host, "check": {"passed": passed},
-             "ms": {"median": ms}}
-        if tanh_pool_ms is not None:
-            r["tanh_pool_ms"] = {"median": tanh_pool_ms}
-        return r
-
-    conv1 = {"C": 1, "H": 48, "W": 48, "M": 6, "K": 5, "tanh_pool_follows": True,
-             "variants": [row("gpu-specialised", 0.3, tanh_pool_ms=0.8),
-                          row("gpu-fused-tanh-pool", 0.25, epilogue="tanh-maxpool2"),
-                          row("gpu-tensor-core-fused", 0.1, epilogue="tanh-maxpool2"),  # excluded: labels moved
-                          row("gpu-streams", 0.01, tanh_pool_ms=0.02, x_on_host=True)]}
-    conv2 = {"C": 6, "H": 22, "W": 22, "M": 16, "K": 5, "tanh_pool_follows": False,
-             "variants": [row("gpu-specialised", 0.6), row("gpu-tensor-core-tf32", 0.3),
-                          row("gpu-wrong", 0.1, passed=False)]}
-    old = {"gpu": {"name": "G"}, "date": "2000-01-01", "layers": [dict(conv2, variants=[row("gpu-baseline", 9.0)])]}
-    new = {"gpu": {"name": "G"}, "date": "2000-01-02", "layers": [conv1, conv2]}
-    other_gpu = {"gpu": {"name": "H"}, "date": "2000-01-03", "layers": [dict(conv2, variants=[row("gpu-x", 0.1)])]}
-    for i, doc in enumerate((old, new, other_gpu)):
-        (tmp_path / f"bench-{i}.json").write_text(json.dumps(doc))
-    assert "gpu-tensor-core-fused" in tuning.FINAL_EXCLUDED
-    assert tuning.bench_winners("G", tmp_path) == {(1, 48, 48, 6, 5, True): "gpu-fused-tanh-pool",
-                                                   (6, 22, 22, 16, 5, False): "gpu-tensor-core-tf32"}
-    assert tuning.bench_winners("nobody", tmp_path) == {}
-
-
-def test_final_uses_reduced_precision_only_where_a_bench_of_these_weights_on_this_gpu_allowed_it(tmp_path):
-    from pyconv import tuning
-
-    def e2e(date, gpu, digest, ok):
-        return {"gpu": {"name": gpu}, "date": date,
-                "end_to_end": [{"model": "m", "model_digest": digest, "reduced_precision_ok": ok, "date": date}]}
-
-    docs = [e2e("2000-01-01", "G", "d1", True), e2e("2000-01-03", "G", "d1", False),  # newest for d1 on G: no
-            e2e("2000-01-02", "G", "d2", True), e2e("2000-01-04", "H", "d2", False)]  # H's verdict is not G's
-    for i, doc in enumerate(docs):
-        (tmp_path / f"bench-e2e-{i}.json").write_text(json.dumps(doc))
-    (tmp_path / "bench-e2e-broken.json").write_text("{")
-    assert tuning.precision_verdict("d1", "G", tmp_path)["reduced_precision_ok"] is False
-    assert tuning.precision_verdict("d2", "G", tmp_path)["reduced_precision_ok"] is True
-    assert tuning.precision_verdict("d1", "G", tmp_path)["bench_date"] == "2000-01-03"
-    assert tuning.precision_verdict("d3", "G", tmp_path) is None  # never benchmarked: final stays float32
+    monkeypatch.setattr(paths, "RESULTS", tmp_path / "results")
+    lines.clear()
+    _, dest = bench.run(model=str(path), batch=40, reps=3, warmup=1, gpu=True, echo=lines.append)
+    assert dest.parent == tmp_path / "results"
+    ev = evidence.load(tmp_path / "results" / "evidence" / "stand-in-gpu.json")
+    assert lines[-2] == f"updated {ev.path}" and lines[-3] == f"wrote {dest}"
+    assert [t.variant for t in ev.ranking((1, 14, 14, 4, 5, True))] == ["fake-fused", "fake-plain"]
+    assert [t.variant for t in ev.ranking((4, 5, 5, 8, 3, False))] == ["fake-plain", "fake-picky"]
+    assert all(t.source == dest.name for t in ev.ranking((4, 5, 5, 8, 3, False)))
 
 
 def test_model_digest_names_the_exact_weights():

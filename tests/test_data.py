@@ -83,6 +83,44 @@ def test_failed_preparation_leaves_no_file(tmp_path):
     assert not list((tmp_path / "out").glob("*")), "a temporary file was left behind"
 
 
+def _old_file(path, version=1):
+    """A data file as an older version wrote it (its sets are not what this version's check looks at)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(path, "w") as f:
+        f.attrs["format"] = data.FORMAT
+        f.attrs["version"] = version
+        f.create_dataset("test/labels", data=np.zeros(10000, np.int64))
+        f.create_dataset("test/images_28", data=np.zeros((10000, 28, 28), np.uint8))
+    return path
+
+
+def test_older_file_is_rebuilt_with_one_line_saying_why(tmp_path, monkeypatch, capsys):
+    src = _source_dir()
+    monkeypatch.setattr(data, "SIZES", (28,))  # the rebuild logic without minutes of resizing
+    dest = _old_file(tmp_path / "fm.h5")
+    assert data.why_invalid(dest) == (f"{dest} has format version 1, this build writes version {data.VERSION} "
+                                      "(image sizes 28)")
+    data.prepare(source=src, dest=dest)
+    said = [ln for ln in capsys.readouterr().out.splitlines() if "version" in ln]
+    assert said == [f"rebuilding: {dest} has format version 1, this build writes version {data.VERSION} "
+                    "(image sizes 28)"]
+    assert data.is_valid(dest)
+    with h5py.File(dest) as f:
+        assert int(f.attrs["version"]) == data.VERSION and f["train/images_28"].shape == (60000, 28, 28)
+
+
+def test_reading_an_older_file_says_to_run_invoke_data(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "DATA_FILE", _old_file(tmp_path / "fm.h5"))
+    with pytest.raises(PyconvError, match=r"has format version 1, this build reads version \d+ .*run `invoke data`$"):
+        data.load_test(28, 5)
+
+
+def test_incomplete_file_names_what_is_missing(tmp_path):
+    dest = _old_file(tmp_path / "fm.h5", version=data.VERSION)
+    assert data.why_invalid(dest) == f"{dest}: train/labels is missing or not 60000 labels"
+    assert data.why_invalid(tmp_path / "none.h5") == f"{tmp_path / 'none.h5'} does not exist"
+
+
 @needs_data
 def test_prepared_file_is_valid_and_second_run_does_nothing(capsys):
     before = paths.DATA_FILE.stat().st_mtime_ns
@@ -95,7 +133,7 @@ def test_prepared_file_is_valid_and_second_run_does_nothing(capsys):
 def test_resized_sets_are_made_as_the_course_made_them():
     with h5py.File(paths.DATA_FILE) as f:
         orig = f["test/images_28"][:20]
-        for s in (48, 64, 72):
+        for s in (48, 64, 70, 72):
             assert np.array_equal(f[f"test/images_{s}"][:20], data.course_resize(orig, s))
 
 

@@ -12,11 +12,11 @@ import pytest
 from conftest import ROOT, assert_close, needs_course, needs_data, needs_torch
 
 from pyconv.core import archs
-from pyconv.engines import framework
-from pyconv.tools import milestones, timelog
-from pyconv.engines.cpu import forward_cpu
 from pyconv.core.errors import PyconvError
 from pyconv.core.model import Layer, Model, load_model, shipped_models
+from pyconv.engines import framework
+from pyconv.engines.cpu import forward_cpu
+from pyconv.tools import milestones, timelog
 
 
 def random_weights(model: Model, rng) -> Model:

@@ -17,6 +17,7 @@ from gpu_helpers import (
     requires_gpu_module,
 )
 
+from pyconv import verify
 from pyconv.core import reference
 from pyconv.core.errors import PyconvError
 from pyconv.core.model import Layer, Model
@@ -40,10 +41,13 @@ def test_without_gpu_import_works_and_use_raises_cuda_error():
     m = random_model(np.random.default_rng(0))
     with pytest.raises(g.CudaError, match="no usable CUDA GPU"):
         network_of(m)
-    from pyconv.engines import gpu as gpu_engine
+    from pyconv import native
+    from pyconv.engines.gpu import GpuEngine
 
     with pytest.raises(PyconvError, match="no CUDA GPU is visible: milestones 3, 4 and final need one"):
-        gpu_engine.gpu_module()
+        native.gpu()
+    with pytest.raises(PyconvError, match="no CUDA GPU is visible"):
+        GpuEngine(m)
 
 
 @requires_gpu_module
@@ -53,7 +57,7 @@ def test_registry_lists_baseline_and_checks_arguments_before_the_gpu():
     assert names[0] == "gpu-baseline"
     assert len(set(names)) == len(names)
     for v in g.variants():
-        assert v["epilogue"] in ("none", "tanh-maxpool2") and 0 < v["tolerance"] < 0.1
+        assert v["epilogue"] in ("none", "tanh-maxpool2") and 0 < v["rtol"] < 0.1
     assert g.why_unsupported("gpu-baseline", 1, 1, 8, 8, 70000, 3).startswith("gpu-baseline: M = 70000")
     assert g.why_unsupported("gpu-baseline", 2, 3, 8, 8, 6, 5) == ""
     with pytest.raises(ValueError, match="unknown GPU convolution 'nope'"):
@@ -77,15 +81,17 @@ def test_registry_lists_baseline_and_checks_arguments_before_the_gpu():
                   [(np.ones((2, 1, 3, 3), np.float32), None), (None, None)], (1, 5, 5))
 
 
-def test_choose_impls_and_unknown_impl():
-    pytest.importorskip("pyconv._gpu")
-    from pyconv.engines import gpu as gpu_engine
+@requires_gpu_module
+def test_the_plan_of_milestones_3_and_4_from_the_real_registry():
+    from pyconv import variants
+    from pyconv.plan import conv_sites, plan
 
     m = random_model(np.random.default_rng(1))
-    assert gpu_engine.choose_impls(m, "3") == ["gpu-baseline", "gpu-baseline"]
-    assert gpu_engine.choose_impls(m, "4", "gpu-baseline") == ["gpu-baseline", "gpu-baseline"]
+    sites, vs = conv_sites(m, 100), variants.gpu_variants()
+    assert plan("3", sites, vs).impls == ["gpu-baseline", "gpu-baseline"]
+    assert plan("4", sites, vs, impl="gpu-baseline").impls == ["gpu-baseline", "gpu-baseline"]
     with pytest.raises(PyconvError, match="unknown GPU implementation 'cpu-fast' \\(known: gpu-baseline"):
-        gpu_engine.choose_impls(m, "3", "cpu-fast")
+        plan("3", sites, vs, impl="cpu-fast")
 
 
 # ------------------------------------------------------------------ on a GPU
@@ -94,14 +100,11 @@ SEED = 408
 
 
 def reference_for(variant: dict, x: np.ndarray, k: np.ndarray) -> np.ndarray:
-    y = reference.conv2d(x, k)
-    return reference.tanh_maxpool2(y) if variant["epilogue"] == "tanh-maxpool2" else y
+    return verify.expected(x, k, variant["epilogue"])
 
 
 def tolerances(variant: dict, C: int, K: int) -> tuple[float, float]:
-    # Inputs in [-1, 1]: a float32 sum of C*K*K products carries rounding error growing like sqrt(C*K*K).
-    rtol = variant["tolerance"]
-    return rtol, rtol * np.sqrt(C * K * K)
+    return verify.tolerance(variant["rtol"], C, K)
 
 
 def random_shapes(n: int, rng: np.random.Generator) -> list[tuple[int, int, int, int, int, int]]:
@@ -343,11 +346,14 @@ def test_gpu_engine_wrapper_and_bad_input():
     model = random_model(rng)
     eng = GpuEngine(model)
     x = rng.integers(0, 256, (10, 1, 20, 20), dtype=np.uint8)
-    assert eng.forward(x).labels.shape == (10,)
+    both = ["gpu-baseline"] * 2
+    assert eng.forward(x, both).labels.shape == (10,)
     with pytest.raises(PyconvError, match="expects"):
-        eng.forward(x[:, :, :10])
+        eng.forward(x[:, :, :10], both)
     with pytest.raises(PyconvError, match="uint8 or float32"):
-        eng.forward(x.astype(np.float64))
+        eng.forward(x.astype(np.float64), both)
+    with pytest.raises(PyconvError, match="one variant name per conv layer"):
+        eng.forward(x, "gpu-baseline")  # the engine decides nothing: no default for a name
     with pytest.raises(PyconvError, match="unknown GPU convolution 'nope'"):
         eng.forward(x, ["nope", "gpu-baseline"])
     with pytest.raises(PyconvError, match="2 conv layers but 1"):
@@ -363,7 +369,7 @@ def test_gpu_engine_wrapper_and_bad_input():
         if v["x_on_host"]:  # host-input variants are refused past the first layer
             with pytest.raises(ValueError, match="first layer"):
                 net.forward(x, ["gpu-baseline", v["name"]])
-    assert eng.forward(x).labels.shape == (10,)  # still usable after every refusal
+    assert eng.forward(x, both).labels.shape == (10,)  # still usable after every refusal
 
 
 @requires_gpu
@@ -396,8 +402,8 @@ def test_batch_too_large_for_the_gpu_is_split_and_the_process_keeps_working():
 @requires_gpu
 @pytest.mark.gpu
 def test_shipped_models_predict_as_the_cpu_engine():
-    from pyconv.engines.cpu import forward_cpu
     from pyconv.core.model import load_model, shipped_models
+    from pyconv.engines.cpu import forward_cpu
 
     names = shipped_models()
     if not names:
@@ -416,24 +422,24 @@ def test_shipped_models_predict_as_the_cpu_engine():
 @pytest.mark.gpu
 def test_milestone_3_correctness_equals_the_cpu_path(capsys):
     from pyconv.core import paths
+    from pyconv.core.model import DEFAULT_MODEL, available_models, load_model
     from pyconv.engines.cpu import forward_cpu
     from pyconv.tools.milestones import accuracy, load_inputs
-    from pyconv.core.model import DEFAULT_MODEL, available_models, load_model
 
     if not paths.DATA_FILE.exists() or DEFAULT_MODEL not in available_models():
         pytest.skip("needs datasets/fashion-mnist.h5 (invoke data) and the default model")
-    from pyconv.engines.gpu import run_gpu_milestone
+    from pyconv.tools.milestones import run_planned
 
     model = load_model(DEFAULT_MODEL)
     x, labels = load_inputs(model, 1000)
-    run_gpu_milestone("3", model, x, labels)
+    run_planned("3", model, x, labels)
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "New Inference"
     assert sum(line.startswith("Op Time: ") for line in out) == len(model.convs)
     cpu = forward_cpu(model, x.astype(np.float32), "numpy")
     assert out[-1] == f"Correctness: {accuracy(cpu.labels, labels):.4g} Model: {model.name}"
     with pytest.raises(PyconvError, match="known: gpu-baseline"):
-        run_gpu_milestone("3", model, x, labels, impl="cpu-fast")
+        run_planned("3", model, x, labels, impl="cpu-fast")
 
 
 @requires_gpu
@@ -459,20 +465,22 @@ def test_several_gpus_give_the_one_gpu_labels_in_order():
 @requires_gpu
 @pytest.mark.gpu
 def test_final_runs_float32_unless_a_bench_of_these_weights_allowed_tf32(tmp_path, monkeypatch):
-    import json
-
-    from pyconv import tuning
-    from pyconv.engines.gpu import final_config
+    from pyconv import evidence
+    from pyconv.core import paths
+    from pyconv.tools.milestones import make_plan
 
     model = random_model(np.random.default_rng(SEED + 11))
-    monkeypatch.setattr(tuning, "RESULTS", tmp_path)  # no end-to-end bench of these weights anywhere
-    cfg = final_config(model, 100)
-    assert cfg.fc_math == "fp32" and not set(cfg.impls) & tuning.reduced_precision() and "float32" in cfg.why
-    verdict = {"gpu": {"name": gpu().device_info()["name"]}, "date": "2000-01-01",
-               "end_to_end": [{"model": model.name, "model_digest": model.digest(), "reduced_precision_ok": True}]}
-    (tmp_path / "bench-e2e-verdict.json").write_text(json.dumps(verdict))
-    cfg = final_config(model, 100)
-    assert cfg.fc_math == "tf32" and cfg.why.startswith("TF32 allowed") and "2000-01-01" in cfg.why
-    verdict["end_to_end"][0]["reduced_precision_ok"] = False
-    (tmp_path / "bench-e2e-verdict.json").write_text(json.dumps(verdict))
-    assert final_config(model, 100).fc_math == "fp32"
+    monkeypatch.setattr(paths, "EVIDENCE", tmp_path)  # no evidence file for any GPU
+    p = make_plan("final", model, 100)
+    tf32 = {v["name"] for v in gpu().variants() if v["precision"] == "tf32"}
+    assert p.fc_math == "fp32" and not set(p.impls) & tf32 and "float32" in p.precision
+    assert all("no evidence file for this GPU" in c.why for c in p.layers)
+    name = gpu().device_info()["name"]
+    ev = evidence.Evidence(gpu=name, verdicts={model.digest(): evidence.Verdict(
+        model.name, model.digest(), True, "2000-01-01", "bench-e2e-x.json")})
+    evidence.save(ev, evidence.path_for(name))
+    p = make_plan("final", model, 100)
+    assert p.fc_math == "tf32" and p.precision.startswith("TF32 allowed") and "2000-01-01" in p.precision
+    ev.verdicts[model.digest()] = evidence.Verdict(model.name, model.digest(), False, "2000-01-02", "x.json")
+    evidence.save(ev, evidence.path_for(name))
+    assert make_plan("final", model, 100).fc_math == "fp32"

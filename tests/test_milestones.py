@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, needs_data
 
-from pyconv.tools import milestones, timelog
 from pyconv.core.errors import PyconvError
+from pyconv.tools import milestones, timelog
 
 
 @pytest.mark.parametrize("bad", [0, -1, 10001, "abc", "1.5", 2.5, None, True])

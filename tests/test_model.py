@@ -32,6 +32,23 @@ def test_round_trip(tmp_path, rng):
                 assert np.array_equal(getattr(a, arr), getattr(b, arr))
 
 
+def test_weights_are_stored_compressed_and_read_back_exactly(tmp_path, rng):
+    m = tiny_model(rng)
+    p = save_model(m, tmp_path / "m.h5")
+    with h5py.File(p) as f:
+        stored = [f[f"weights/{layer.name}/{kind}"] for layer in m.layers for kind in ("weight", "bias")
+                  if getattr(layer, kind) is not None]
+        assert [(d.compression, d.shuffle) for d in stored] == [("gzip", True)] * 3
+        stored = [d.name for d in stored]
+    # A file written without compression (as the first shipped models were) reads the same.
+    plain = tmp_path / "plain.h5"
+    with h5py.File(p) as src, h5py.File(plain, "w") as dst:
+        dst.attrs.update(src.attrs)
+        for name in stored:
+            dst.create_dataset(name, data=src[name][()])
+    assert load_model(plain).digest() == load_model(p).digest() == m.digest()
+
+
 def test_unknown_model_lists_known():
     with pytest.raises(PyconvError, match="unknown model 'no-such-model'"):
         load_model("no-such-model")

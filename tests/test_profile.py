@@ -259,8 +259,8 @@ def test_run_profile_refuses_milestone_2():
 @pytest.mark.skipif(importlib.util.find_spec("pyconv.core.data") is None or not paths.DATA_FILE.exists(),
                     reason="needs pyconv.data and datasets/fashion-mnist.h5 (run `invoke data`)")
 def test_unavailable_milestone_still_runs(monkeypatch, capsys, tmp_path):
-    from pyconv.tools import milestones
     from pyconv.core.model import DEFAULT_MODEL, available_models
+    from pyconv.tools import milestones
 
     names = available_models()
     if not names:

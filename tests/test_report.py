@@ -12,9 +12,11 @@ import re
 
 import pytest
 
+from pyconv.bench import goals, gpu_layers, roofline, timing
 from pyconv.bench import run as bench
-from pyconv.report import tables as report
+from pyconv.bench.schema import FORMAT, VERSION
 from pyconv.core.errors import PyconvError
+from pyconv.report import tables as report
 
 
 def synthetic_result() -> dict:
@@ -22,10 +24,10 @@ def synthetic_result() -> dict:
 
     def variant(name, step, ms, epilogue="none", tanh_pool=None):
         r = {"variant": name, "step": step, "summary": "synthetic", "epilogue": epilogue, "x_on_host": False,
-             "check": {"passed": True, "max_rel_err": 1e-6, "max_abs_err": 1e-5}, "ms": bench.stats([ms, ms * 1.1])}
-        r.update(bench.rates(10**9, 10**8, r["ms"]["median"], 0.1))
+             "check": {"passed": True, "max_rel_err": 1e-6, "max_abs_err": 1e-5}, "ms": timing.stats([ms, ms * 1.1])}
+        r.update(roofline.rates(10**9, 10**8, r["ms"]["median"], 0.1))
         if tanh_pool:
-            r["tanh_pool_ms"] = bench.stats([tanh_pool])
+            r["tanh_pool_ms"] = timing.stats([tanh_pool])
         return r
 
     failed = {"variant": "gpu-broken", "step": 2, "summary": "synthetic", "epilogue": "none", "x_on_host": False,
@@ -38,29 +40,30 @@ def synthetic_result() -> dict:
               "bytes_pooled": 5 * 10**7, "floor_tanh_pool_ms": 0.05,
               "variants": [variant("gpu-baseline", 0, 2.0, tanh_pool=2.3), failed, skipped,
                            variant("gpu-fused-tanh-pool", 10, 0.09, "tanh-maxpool2")],
-              "cudnn": {"conv_ms": bench.stats([2.2]), "conv_tanh_pool_ms": bench.stats([2.5]), "source": "made up"}}
+              "cudnn": {"conv_ms": timing.stats([2.2]), "conv_tanh_pool_ms": timing.stats([2.5]), "source": "made up"}}
     layer2 = {"model": "synthetic", "arch": "sp19", "layer": "conv2", "B": 10000, "C": 6, "H": 22, "W": 22,
               "M": 16, "K": 5, "tanh_pool_follows": False, "flops": 10**9, "bytes": 10**8, "floor_ms": 0.2,
               "variants": [variant("gpu-baseline", 0, 1.5)], "cudnn": {"error": "PyTorch is not installed"}}
     for layer in (layer1, layer2):
-        bench.summarise_layer(layer)
+        gpu_layers.summarise_layer(layer)
     cpu = [{"model": "synthetic", "layer": "conv1", "C": 1, "H": 48, "W": 48, "M": 6, "K": 5, "B": 10000,
-            "variant": "cpu-fast", "threads": 2, "flops": 10**9, "s": bench.stats([0.2, 0.25]), "gflops": 5.0,
+            "variant": "cpu-fast", "threads": 2, "flops": 10**9, "s": timing.stats([0.2, 0.25]), "gflops": 5.0,
             "check": {"passed": True, "max_rel_err": 2e-7}, "x_torch": 1.5},
            {"model": "synthetic", "layer": "conv1", "C": 1, "H": 48, "W": 48, "M": 6, "K": 5, "B": 10000,
-            "variant": "pytorch 9.9", "threads": 2, "flops": 10**9, "s": bench.stats([0.3]), "gflops": 3.3}]
+            "variant": "pytorch 9.9", "threads": 2, "flops": 10**9, "s": timing.stats([0.3]), "gflops": 3.3}]
     e2e = [{"model": "synthetic", "arch": "sp19", "batch": 10000, "impls": ["gpu-fused-tanh-pool", "gpu-baseline"],
             "fc_math": "tf32", "chunks": 4, "streams": 2,
-            "pyconv": {"resident_ms": bench._timing([0.8], 10000), "pinned_ms": bench._timing([1.3], 10000),
-                       "pageable_ms": bench._timing([2.0], 10000), "correctness": 0.8397,
+            "pyconv": {"resident_ms": timing.batch_stats([0.8], 10000), "pinned_ms": timing.batch_stats([1.3], 10000),
+                       "pageable_ms": timing.batch_stats([2.0], 10000), "correctness": 0.8397,
                        "differ_vs_pytorch": 0, "peak_device_bytes": 300 * 2**20,
-                       "pipeline": [{"chunks": c, "streams": s, "pinned_ms": bench._timing([1.0 + c / 10 + s], 10000)}
+                       "pipeline": [{"chunks": c, "streams": s,
+                                     "pinned_ms": timing.batch_stats([1.0 + c / 10 + s], 10000)}
                                     for s in (2, 4) for c in (1, 4)]},
-            "pytorch": {"resident_ms": bench._timing([4.0], 10000), "pinned_ms": bench._timing([6.0], 10000),
-                        "pageable_ms": bench._timing([7.0], 10000), "correctness": 0.8397,
+            "pytorch": {"resident_ms": timing.batch_stats([4.0], 10000), "pinned_ms": timing.batch_stats([6.0], 10000),
+                        "pageable_ms": timing.batch_stats([7.0], 10000), "correctness": 0.8397,
                         "peak_device_bytes": 900 * 2**20},
             "x_pytorch": {"resident_ms": 5.0, "pinned_ms": 6.0 / 1.3, "pageable_ms": 3.5}}]
-    result = {"format": bench.FORMAT, "version": bench.VERSION, "parts": ["gpu", "cpu", "end_to_end"],
+    result = {"format": FORMAT, "version": VERSION, "parts": ["gpu", "cpu", "end_to_end"],
               "date": "2000-01-01T00:00:00+00:00", "commit": "0" * 40 + "-synthetic",
               "host_cpu": {"model": "Synthetic CPU", "cores": 2},
               "gpu": {"name": "Synthetic GPU", "compute_capability": "9.0", "multiprocessors": 132,
@@ -71,7 +74,7 @@ def synthetic_result() -> dict:
               "roofline": {"copy_GBps": 3000.0, "fma_GFLOPs": 50000.0, "sgemm_GFLOPs": 51000.0,
                            "fp32_GFLOPs": 51000.0, "fp32_source": "sgemm"},
               "layers": [layer1, layer2], "cpu": cpu, "end_to_end": e2e}
-    result["goals"] = bench.check_goals(result)
+    result["goals"] = goals.check_goals(result)
     return result
 
 
@@ -205,10 +208,25 @@ def test_readme_without_proper_markers_is_left_alone(tmp_path, text):
 def test_cpu_only_result_renders(tmp_path):
     r = synthetic_result()
     r.update({"parts": ["cpu"], "gpu": None, "roofline": None, "layers": [], "end_to_end": []})
-    r["goals"] = bench.check_goals(r)
+    r["goals"] = goals.check_goals(r)
     path = tmp_path / "bench-cpu.json"
     path.write_text(json.dumps(r))
     dest, pngs = report.write_report(path, tmp_path / "r.md")
     assert [p.name for p in pngs] == ["r-cpu-op-time.png"]
     page = dest.read_text()
     assert "GPU:" not in page and "cpu-fast sp19 conv1" in page
+
+
+def test_every_committed_result_loads_as_records_and_renders():
+    """Files written before a field existed still load (the JSON schema only grew since version 1)."""
+    from conftest import ROOT
+
+    files = sorted((ROOT / "results").glob("bench-*.json"))
+    assert files
+    for path in files:
+        r = report.load(path)
+        text = report.text_tables(r)
+        assert r.date in text and len(report.tables(r)) >= 1
+        for layer in r.layers:
+            assert f"{layer.model} {layer.layer}: B={layer.B}" in text
+            assert all(row.variant in text for row in layer.variants)

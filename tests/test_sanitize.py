@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from conftest import ROOT
-from gpu_helpers import HAVE_GPU, requires_gpu
+from gpu_helpers import HAVE_GPU, requires_gpu, requires_gpu_module
 
 from pyconv.tools import sanitize
 from pyconv.tools.sanitize import SANITIZER_EXIT, Result
@@ -164,3 +164,14 @@ def test_memcheck_of_the_baseline_is_clean(tmp_path):
     assert res["checked"] == len(sanitize.EDGE_SHAPES)  # the baseline takes every edge shape
     assert "ERROR SUMMARY: 0 errors" in summary.with_suffix(".log").read_text()
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+@requires_gpu_module
+def test_the_tunable_variant_is_the_one_whose_configurations_are_swept():
+    """The sanitizer runs each tile configuration of a variant whose descriptor says `tunable` (each is a kernel of
+    its own): the build's configurations must belong to exactly one such variant."""
+    from pyconv import native, variants
+
+    tunable = [v.name for v in variants.gpu_variants() if v.tunable]
+    configs = list(native.gpu(device=False).autotune_configs())
+    assert len(tunable) == (1 if configs else 0), (tunable, configs)

@@ -7,7 +7,8 @@
 #include <optional>
 
 #include "common/pyarray.hpp"
-#include "cpu/conv_cpu.hpp"
+#include "common/variant_dict.hpp"
+#include "cpu/runtime/registry.hpp"
 
 namespace py = pybind11;
 using namespace pyconv;
@@ -15,25 +16,36 @@ using namespace pyconv;
 PYBIND11_MODULE(_cpu, m) {
   m.doc() = "pyconv CPU convolutions (milestone 2)";
 
+  cpu_conv_registry().check();  // a malformed variant file: ImportError naming it
+
   m.def(
       "variants",
       [] {
         py::list out;
-        for (const auto& v : cpu_conv_variants()) {
-          py::dict d;
-          d["name"] = v.name;
-          d["summary"] = v.summary;
-          out.append(d);
-        }
+        for (const auto& v : cpu_conv_variants())
+          out.append(variant_dict(v.name, v.step, v.summary, Epilogue::None, v.precision, v.rtol, false, false, "cpu",
+                                  {{"m2", v.roles.m2}}));
         return out;
       },
-      "The registry: a list of {name, summary} for every CPU convolution variant.");
+      "The registry in step order: one dict per CPU variant with name, step, summary, epilogue, precision, rtol,\n"
+      "x_on_host, reads_u8, device ('cpu') and roles {m2, m3, m4, final: {role, reason}}.");
+
+  m.def(
+      "why_unsupported",
+      [](const std::string& name, int64_t B, int64_t C, int64_t H, int64_t W, int64_t M, int64_t K) {
+        const ConvShape s = make_conv_shape(B, C, H, W, M, C, K, K);
+        return why_unsupported(find_cpu_conv_variant(name), s);
+      },
+      py::arg("name"), py::arg("B"), py::arg("C"), py::arg("H"), py::arg("W"), py::arg("M"), py::arg("K"),
+      "'' when the variant supports the shape, else the reason.");
 
   m.def(
       "conv",
       [](const std::string& name, const py::array& x, const py::array& k, std::optional<py::array> out) {
         const CpuConvVariant& v = find_cpu_conv_variant(name);
         const ConvShape s = conv_shape_of(x, k);
+        const std::string why = why_unsupported(v, s);
+        if (!why.empty()) throw std::invalid_argument(why);
         py::array y = out ? *out : py::array(py::array_t<float>({s.B, s.M, s.Ho(), s.Wo()}));
         require_array<float>(y, "out", 4);
         if (y.shape(0) != s.B || y.shape(1) != s.M || y.shape(2) != s.Ho() || y.shape(3) != s.Wo())
@@ -45,7 +57,7 @@ PYBIND11_MODULE(_cpu, m) {
         float* yp = static_cast<float*>(y.mutable_data());
         {
           py::gil_scoped_release release;
-          v.fn(xp, kp, yp, s);
+          v.launch(xp, kp, yp, s);
         }
         return y;
       },

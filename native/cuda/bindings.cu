@@ -10,143 +10,20 @@
 #include <vector>
 
 #include "common/pyarray.hpp"
-#include "cuda/autotune.cuh"
-#include "cuda/conv_registry.cuh"
-#include "cuda/cuda_check.cuh"
-#include "cuda/device_buffer.cuh"
-#include "cuda/layers.cuh"
-#include "cuda/network.cuh"
-#include "cuda/probes.cuh"
+#include "common/variant_dict.hpp"
+#include "cuda/runtime/autotune.cuh"
+#include "cuda/runtime/registry.cuh"
+#include "cuda/runtime/cuda_check.cuh"
+#include "cuda/runtime/harness.cuh"
+#include "cuda/runtime/layers.cuh"
+#include "cuda/runtime/network.cuh"
+#include "cuda/runtime/network_args.cuh"
+#include "cuda/runtime/probes.cuh"
 
 namespace py = pybind11;
 using namespace pyconv;
 
 namespace {
-
-int64_t product(const std::vector<int64_t>& v) {
-  int64_t n = 1;
-  for (int64_t d : v) n *= d;
-  return n;
-}
-
-const char* epilogue_name(Epilogue e) { return e == Epilogue::TanhMaxPool2 ? "tanh-maxpool2" : "none"; }
-
-std::vector<int64_t> out_shape(const GpuConvVariant& v, const ConvShape& s) {
-  if (v.epilogue == Epilogue::TanhMaxPool2) return {s.B, s.M, s.Ho() / 2, s.Wo() / 2};
-  return {s.B, s.M, s.Ho(), s.Wo()};
-}
-
-// Times `reps` runs of `launch(stream)` after `warmup` untimed ones, CUDA events around each; milliseconds.
-template <typename F>
-std::vector<float> time_launches(F&& launch, int warmup, int reps) {
-  if (warmup < 0 || reps < 1) throw std::invalid_argument("timing: need warmup >= 0 and reps >= 1");
-  Stream stream;
-  Event start, stop;
-  std::vector<float> ms;
-  for (int i = 0; i < warmup + reps; ++i) {
-    start.record(stream.get());
-    launch(stream.get());
-    stop.record(stream.get());
-    const float t = stop.since(start);
-    if (i >= warmup) ms.push_back(t);
-  }
-  return ms;
-}
-
-// The inputs of a timed convolution, uploaded once (x in pinned host memory for an x_on_host variant).
-struct ConvInputs {
-  DeviceBuffer<float> dx, dk, dy, tmp;
-  PinnedBuffer<float> hx;
-  const float* x = nullptr;
-  ConvInputs(const GpuConvVariant& v, const ConvShape& s, const py::array& x_arr, const py::array& k_arr,
-             size_t ny) {
-    dk.upload(static_cast<const float*>(k_arr.data()), size_t(s.k_size()));
-    dy.resize(ny);
-    if (v.x_on_host) {
-      hx.resize(size_t(s.x_size()));
-      std::memcpy(hx.get(), x_arr.data(), size_t(s.x_size()) * sizeof(float));
-      x = hx.get();
-    } else {
-      dx.upload(static_cast<const float*>(x_arr.data()), size_t(s.x_size()));
-      x = dx.get();
-    }
-    CUDA_CHECK(cudaDeviceSynchronize());  // the uploads ran on the legacy stream; timing runs on another
-  }
-};
-
-const GpuConvVariant& checked_variant(const std::string& name, const ConvShape& s) {
-  const GpuConvVariant& v = find_gpu_conv_variant(name);
-  const std::string why = why_unsupported(v, s);
-  if (!why.empty()) throw std::invalid_argument(why);
-  return v;
-}
-
-std::vector<float> to_float_vector(const py::handle& a, const char* what, int ndim, std::vector<int64_t>& shape) {
-  const py::array arr = py::reinterpret_borrow<py::array>(a);
-  require_array<float>(arr, what, ndim);
-  shape.assign(arr.shape(), arr.shape() + arr.ndim());
-  const float* p = static_cast<const float*>(arr.data());
-  return std::vector<float>(p, p + arr.size());
-}
-
-int64_t dict_int(const py::dict& d, const char* key) {
-  if (!d.contains(key)) throw std::invalid_argument(std::string("layer dict misses '") + key + "'");
-  return d[key].cast<int64_t>();
-}
-
-// Network(layers, weights, input_shape, device): the binding's side of GpuNetwork.
-std::unique_ptr<GpuNetwork> make_network(const py::list& layers, const py::list& weights,
-                                         const std::vector<int64_t>& input_shape, int device) {
-  if (layers.size() != weights.size())
-    throw std::invalid_argument("Network: one (weight, bias) pair per layer expected, got " +
-                                std::to_string(weights.size()) + " for " + std::to_string(layers.size()) + " layers");
-  if (input_shape.size() != 3) throw std::invalid_argument("Network: input_shape must be (C, H, W)");
-  std::vector<LayerDesc> descs;
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const py::dict d = layers[i].cast<py::dict>();
-    LayerDesc L;
-    L.type = d["type"].cast<std::string>();
-    const py::tuple wb = weights[i].cast<py::tuple>();
-    if (wb.size() != 2) throw std::invalid_argument("Network: weights[" + std::to_string(i) + "] must be (weight, bias)");
-    std::vector<int64_t> bshape;
-    if (L.type == "conv") {
-      L.out_channels = dict_int(d, "out_channels");
-      L.kernel = dict_int(d, "kernel");
-      if (wb[0].is_none()) throw std::invalid_argument("Network: conv layer " + std::to_string(i) + " has no weight");
-      L.weight = to_float_vector(wb[0], "conv weight", 4, L.weight_shape);
-    } else if (L.type == "fc") {
-      L.out_features = dict_int(d, "out_features");
-      if (wb[0].is_none() || wb[1].is_none())
-        throw std::invalid_argument("Network: fc layer " + std::to_string(i) + " needs a weight and a bias");
-      L.weight = to_float_vector(wb[0], "fc weight", 2, L.weight_shape);
-      L.bias = to_float_vector(wb[1], "fc bias", 1, bshape);
-    } else if (L.type == "pool") {
-      L.mode = d["mode"].cast<std::string>();
-      L.kernel = dict_int(d, "kernel");
-      L.stride = dict_int(d, "stride");
-    }
-    descs.push_back(std::move(L));
-  }
-  return std::make_unique<GpuNetwork>(std::move(descs), input_shape[0], input_shape[1], input_shape[2], device);
-}
-
-// images[N][C][H][W], uint8 or float32, C-contiguous, matching the network's input shape.
-InputType check_images(const py::array& images, const std::vector<int64_t>& input_shape) {
-  InputType t;
-  if (py::dtype::of<uint8_t>().is(images.dtype())) {
-    require_array<uint8_t>(images, "images", 4);
-    t = InputType::U8;
-  } else {
-    require_array<float>(images, "images", 4);
-    t = InputType::F32;
-  }
-  for (int i = 0; i < 3; ++i)
-    if (images.shape(i + 1) != input_shape[size_t(i)])
-      throw std::invalid_argument("images: each image must be " + std::to_string(input_shape[0]) + "x" +
-                                  std::to_string(input_shape[1]) + "x" + std::to_string(input_shape[2]));
-  if (images.shape(0) < 1) throw std::invalid_argument("images: need at least one image");
-  return t;
-}
 
 struct PyNetwork {
   std::unique_ptr<GpuNetwork> net;
@@ -157,6 +34,7 @@ struct PyNetwork {
 
 PYBIND11_MODULE(_gpu, m) {
   m.doc() = "pyconv CUDA convolutions (milestone 3, 4, final) and the whole network on the GPU";
+  gpu_conv_registry().check();  // a malformed variant file: ImportError naming it
   py::register_exception<CudaError>(m, "CudaError", PyExc_RuntimeError);
 
   m.def(
@@ -207,19 +85,17 @@ PYBIND11_MODULE(_gpu, m) {
       [] {
         py::list out;
         for (const auto& v : gpu_conv_variants()) {
-          py::dict d;
-          d["name"] = v.name;
-          d["step"] = v.step;
-          d["summary"] = v.summary;
-          d["epilogue"] = epilogue_name(v.epilogue);
-          d["x_on_host"] = v.x_on_host;
-          d["tolerance"] = v.tolerance > 0 ? v.tolerance : 1e-4;
+          py::dict d = variant_dict(v.name, v.step, v.summary, v.epilogue, v.precision, v.rtol, v.x_on_host,
+                                    v.launch_u8 != nullptr, "gpu",
+                                    {{"m3", v.roles.m3}, {"m4", v.roles.m4}, {"final", v.roles.final}});
+          d["tunable"] = v.tunable != nullptr;  // its configurations are autotune_configs()
           out.append(d);
         }
         return out;
       },
-      "The registry, in ladder order: {name, step, summary, epilogue, x_on_host, tolerance} per variant\n"
-      "(tolerance: the relative error its tests allow).");
+      "The registry in ladder order: one dict per GPU variant with name, step, summary, epilogue, precision,\n"
+      "rtol (the relative error its tests allow), x_on_host, reads_u8, tunable, device ('gpu') and roles\n"
+      "{m2, m3, m4, final: {role, reason}}. Needs no GPU.");
 
   m.def(
       "why_unsupported",
@@ -238,28 +114,13 @@ PYBIND11_MODULE(_gpu, m) {
         const std::string why = why_unsupported(v, s);
         if (!why.empty()) throw std::invalid_argument(why);
         require_gpu();
-        const std::vector<int64_t> shape = out_shape(v, s);
-        py::array_t<float> y(shape);
-        const size_t ny = size_t(y.size());
+        py::array_t<float> y(conv_out_shape(v, s));
+        const float* xp = static_cast<const float*>(x.data());
+        const float* kp = static_cast<const float*>(k.data());
+        float* yp = y.mutable_data();
         {
           py::gil_scoped_release release;
-          DeviceBuffer<float> dk(size_t(s.k_size())), dy(ny);
-          dk.upload(static_cast<const float*>(k.data()), size_t(s.k_size()));
-          // Poison the output (all-ones bytes = NaN) so an element the kernel forgets shows up in every test.
-          CUDA_CHECK(cudaMemset(dy.get(), 0xFF, ny * sizeof(float)));
-          if (v.x_on_host) {
-            PinnedBuffer<float> hx(size_t(s.x_size()));
-            std::memcpy(hx.get(), x.data(), size_t(s.x_size()) * sizeof(float));
-            v.launch(hx.get(), dk.get(), dy.get(), s, nullptr);
-            CUDA_CHECK(cudaDeviceSynchronize());
-          } else {
-            DeviceBuffer<float> dx(size_t(s.x_size()));
-            dx.upload(static_cast<const float*>(x.data()), size_t(s.x_size()));
-            v.launch(dx.get(), dk.get(), dy.get(), s, nullptr);
-            CUDA_CHECK(cudaDeviceSynchronize());
-          }
-          dy.download(y.mutable_data(), ny);
-          CUDA_CHECK(cudaDeviceSynchronize());
+          run_conv(v, s, xp, kp, yp);
         }
         return y;
       },
@@ -272,11 +133,11 @@ PYBIND11_MODULE(_gpu, m) {
       "time_conv",
       [](const std::string& name, const py::array& x, const py::array& k, int warmup, int reps) {
         const ConvShape s = conv_shape_of(x, k);
-        const GpuConvVariant& v = checked_variant(name, s);
+        const GpuConvVariant& v = checked_gpu_variant(name, s);
         require_gpu();
         py::gil_scoped_release release;
-        ConvInputs in(v, s, x, k, size_t(product(out_shape(v, s))));
-        return time_launches([&](cudaStream_t st) { v.launch(in.x, in.dk.get(), in.dy.get(), s, st); }, warmup, reps);
+        return time_conv(v, s, static_cast<const float*>(x.data()), static_cast<const float*>(k.data()), warmup, reps,
+                         false);
       },
       py::arg("name"), py::arg("x"), py::arg("k"), py::arg("warmup") = 5, py::arg("reps") = 20,
       "Milliseconds of each of `reps` launches of the variant (after `warmup` untimed ones), by CUDA events around\n"
@@ -286,22 +147,12 @@ PYBIND11_MODULE(_gpu, m) {
       "time_conv_tanh_pool",
       [](const std::string& name, const py::array& x, const py::array& k, int warmup, int reps) {
         const ConvShape s = conv_shape_of(x, k);
-        const GpuConvVariant& v = checked_variant(name, s);
+        const GpuConvVariant& v = checked_gpu_variant(name, s);
         if (s.Ho() < 2 || s.Wo() < 2) throw std::invalid_argument("time_conv_tanh_pool: the conv output must be >= 2x2");
         require_gpu();
         py::gil_scoped_release release;
-        const bool fused = v.epilogue == Epilogue::TanhMaxPool2;
-        ConvInputs in(v, s, x, k, size_t(fused ? product(out_shape(v, s)) : s.y_size()));
-        if (!fused) in.tmp.resize(size_t(s.B * s.M * (s.Ho() / 2) * (s.Wo() / 2)));
-        return time_launches(
-            [&](cudaStream_t st) {
-              v.launch(in.x, in.dk.get(), in.dy.get(), s, st);
-              if (!fused) {
-                activation_inplace(in.dy.get(), size_t(s.y_size()), Activation::Tanh, st);
-                pool2d(in.dy.get(), in.tmp.get(), s.B * s.M, int(s.Ho()), int(s.Wo()), 2, 2, true, st);
-              }
-            },
-            warmup, reps);
+        return time_conv(v, s, static_cast<const float*>(x.data()), static_cast<const float*>(k.data()), warmup, reps,
+                         true);
       },
       py::arg("name"), py::arg("x"), py::arg("k"), py::arg("warmup") = 5, py::arg("reps") = 20,
       "Like time_conv, for conv + tanh + max-pool 2/2: a variant with the tanh-maxpool2 epilogue is its one\n"
@@ -343,11 +194,8 @@ PYBIND11_MODULE(_gpu, m) {
         if (reps < 1) throw std::invalid_argument("reps must be >= 1");
         require_gpu();
         py::gil_scoped_release release;
-        DeviceBuffer<float> dx(size_t(s.x_size())), dk(size_t(s.k_size())), dy(size_t(s.y_size()));
-        dx.upload(static_cast<const float*>(x.data()), size_t(s.x_size()));
-        dk.upload(static_cast<const float*>(k.data()), size_t(s.k_size()));
-        CUDA_CHECK(cudaDeviceSynchronize());
-        return autotune_time_config(config, dx.get(), dk.get(), dy.get(), s, reps);
+        return time_autotune_config(config, s, static_cast<const float*>(x.data()), static_cast<const float*>(k.data()),
+                                    reps);
       },
       py::arg("config"), py::arg("x"), py::arg("k"), py::arg("reps") = 20,
       "Median milliseconds of one configuration on x, k (host arrays, uploaded once). ValueError when the\n"

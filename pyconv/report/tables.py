@@ -2,15 +2,17 @@
 section generated from the same tables (between the markers `<!-- bench:begin -->` and `<!-- bench:end -->`).
 
 The tables are built once (`tables`) and rendered two ways: aligned plain text (what `invoke bench` prints last)
-and Markdown (`markdown_tables`, what the report and the README show). Every number comes from the JSON."""
+and Markdown (`markdown_tables`, what the report and the README show). Every number comes from the JSON, read
+through its typed records (pyconv.bench.schema)."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..bench.schema import BenchResult, Check, CpuRow, LayerResult, Stats
+from ..bench.schema import load as load_result
 from ..core import paths
 from ..core.errors import PyconvError
 from ..core.fileio import atomic_path, write_text_atomic
@@ -33,19 +35,13 @@ class Table:
 # Reading
 
 
-def load(path: str | os.PathLike) -> dict:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PyconvError(f"benchmark file {path} does not exist (run `invoke bench`)") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise PyconvError(f"benchmark file {path} is unreadable: {e}") from None
-    from ..bench.run import FORMAT, VERSION
+def load(path: str | os.PathLike) -> BenchResult:
+    return load_result(path)
 
-    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
-        raise PyconvError(f"{path} is not a {FORMAT} v{VERSION} file")
-    return data
+
+def record(result: BenchResult | dict) -> BenchResult:
+    """A result as its record (a dict as the bench builds it is read the way a file is)."""
+    return result if isinstance(result, BenchResult) else BenchResult.parse(result)
 
 
 PARTS = (("layers", "GPU convolution ladder"), ("end_to_end", "End-to-end inference"), ("cpu", "CPU convolutions"))
@@ -60,8 +56,8 @@ def default_sources(folder: Path = paths.RESULTS) -> list[Path]:
         except PyconvError:
             continue
         for key, _ in PARTS:
-            if doc.get(key) and (key not in newest or doc.get("date", "") > newest[key][0]):
-                newest[key] = (doc.get("date", ""), p)
+            if getattr(doc, key) and (key not in newest or doc.date > newest[key][0]):
+                newest[key] = (doc.date, p)
     found = list(dict.fromkeys(newest[key][1] for key, _ in PARTS if key in newest))
     if not found:
         raise PyconvError(f"no bench-*.json in {folder}: run `invoke bench` first, or pass --json")
@@ -103,52 +99,53 @@ def num(v, digits: int = 3) -> str:
     return f"{v:.{decimals}f}"
 
 
-def _ms(d: dict | None, key: str = "median", digits: int = 3) -> str:
-    return num(d.get(key), digits) if isinstance(d, dict) and key in d else "-"
+def _ms(s: Stats | None, key: str = "median", digits: int = 3) -> str:
+    return num(getattr(s, key), digits) if s is not None else "-"
 
 
-def _check(row: dict) -> str:
-    c = row.get("check")
-    if row.get("error"):
-        return "error: " + row["error"]
+def _check(row) -> str:
+    """A VariantRow's or CpuRow's correctness cell."""
+    c: Check | None = row.check
+    if getattr(row, "error", None):
+        return "error: " + row.error
     if not c:
-        return row.get("skipped", "-")
-    if not c["passed"]:
-        return f"FAIL ({c.get('why', '')})"
-    return f"ok ({c['max_rel_err']:.1e})"
+        return row.skipped or "-"
+    if not c.passed:
+        return f"FAIL ({c.why or ''})"
+    return f"ok ({c.max_rel_err:.1e})"
 
 
-def header_lines(result: dict) -> list[str]:
+def header_lines(result: BenchResult) -> list[str]:
     """Where and when the numbers were measured."""
     lines = []
-    gpu = result.get("gpu")
+    gpu = result.gpu
     if gpu:
-        lines.append(f"GPU: {gpu['name']} (sm_{gpu['compute_capability'].replace('.', '')}, "
-                     f"{gpu['multiprocessors']} SMs), driver {result.get('driver') or 'unknown'}, "
-                     f"CUDA driver API {result.get('cuda_driver_api')}, runtime {result.get('cuda_runtime')}")
-    cpu = result.get("host_cpu") or {}
-    load = result.get("host_load") or {}
+        lines.append(f"GPU: {gpu.name} (sm_{gpu.compute_capability.replace('.', '')}, "
+                     f"{gpu.multiprocessors} SMs), driver {result.driver or 'unknown'}, "
+                     f"CUDA driver API {result.cuda_driver_api}, runtime {result.cuda_runtime}")
+    cpu = result.host_cpu
+    load = result.host_load
     busy = ""
-    if load.get("start") is not None:
-        busy = f"; load average {load['start']} at the start, {load.get('end')} at the end"
-        if max(load["start"], load.get("end") or 0) > cpu.get("cores", 1):
+    if load is not None and load.start is not None:
+        busy = f"; load average {load.start} at the start, {load.end} at the end"
+        if max(load.start, load.end or 0) > (cpu.cores if cpu.cores is not None else 1):
             busy += " (other work shared the CPU: CPU timings are pessimistic)"
-    lines.append(f"Host CPU: {cpu.get('model', 'unknown')}, {cpu.get('cores', '?')} cores{busy}")
-    t = result.get("torch")
+    lines.append(f"Host CPU: {cpu.model}, {cpu.cores if cpu.cores is not None else '?'} cores{busy}")
+    t = result.torch
     if t:
-        lines.append(f"PyTorch {t['version']} (CUDA {t.get('cuda') or 'none'}, cuDNN {t.get('cudnn') or 'none'})")
-    lines.append(f"Commit {result.get('commit')}, {result.get('date')}")
-    roof = result.get("roofline")
+        lines.append(f"PyTorch {t.version} (CUDA {t.cuda or 'none'}, cuDNN {t.cudnn or 'none'})")
+    lines.append(f"Commit {result.commit}, {result.date}")
+    roof = result.roofline
     if roof:
-        lines.append(f"Roofline (measured in this run): copy {num(roof['copy_GBps'])} GB/s; FP32 "
-                     f"{num(roof['fp32_GFLOPs'])} GFLOP/s (FFMA probe {num(roof['fma_GFLOPs'])}, cuBLAS SGEMM "
-                     f"{num(roof['sgemm_GFLOPs'])}; the higher is the ceiling)")
-    s = result.get("settings", {})
+        lines.append(f"Roofline (measured in this run): copy {num(roof.copy_GBps)} GB/s; FP32 "
+                     f"{num(roof.fp32_GFLOPs)} GFLOP/s (FFMA probe {num(roof.fma_GFLOPs)}, cuBLAS SGEMM "
+                     f"{num(roof.sgemm_GFLOPs)}; the higher is the ceiling)")
+    s = result.settings
     keys = (("gpu_reps", "GPU reps"), ("cpu_reps", "CPU reps"), ("cpu_warmup", "CPU warm-up"),
             ("cpu_threads", "CPU threads"), ("cpu_naive_batch", "cpu-naive batch"))
-    lines.append(f"Inputs: {s.get('inputs', '?')}; batch {s.get('batch')}"
-                 + (f"; GPU warm-up {s.get('warmup')}" if result.get("gpu") else "")
-                 + "".join(f"; {label} {s[k]}" for k, label in keys if k in s))
+    lines.append(f"Inputs: {s.inputs}; batch {s.batch}"
+                 + (f"; GPU warm-up {s.warmup}" if result.gpu else "")
+                 + "".join(f"; {label} {getattr(s, k)}" for k, label in keys if getattr(s, k) is not None))
     return lines
 
 
@@ -156,159 +153,165 @@ def header_lines(result: dict) -> list[str]:
 # Tables
 
 
-def _layer_title(layer: dict) -> str:
-    return (f"{layer['model']} {layer['layer']}: B={layer['B']} C={layer['C']} {layer['H']}x{layer['W']} "
-            f"M={layer['M']} K={layer['K']}" + (" (tanh + max-pool 2/2 follow)" if layer["tanh_pool_follows"] else ""))
+def _layer_title(layer: LayerResult) -> str:
+    return (f"{layer.model} {layer.layer}: B={layer.B} C={layer.C} {layer.H}x{layer.W} "
+            f"M={layer.M} K={layer.K}" + (" (tanh + max-pool 2/2 follow)" if layer.tanh_pool_follows else ""))
 
 
-def layer_table(layer: dict) -> Table:
-    fused_site = layer["tanh_pool_follows"]
+def layer_table(layer: LayerResult) -> Table:
+    fused_site = layer.tanh_pool_follows
     header = ["variant", "step", "ms", "min ms", "p90 ms", "GFLOP/s", "GB/s", "% roofline", "x cuDNN"]
     if fused_site:
         header += ["+tanh+pool ms", "x cuDNN (fused)"]
     header.append("correctness (max rel err)")
     t = Table(_layer_title(layer), header)
-    for r in layer["variants"]:
-        pooled = r["epilogue"] == "tanh-maxpool2"
-        row = [r["variant"] + (" (conv+tanh+pool)" if pooled else "") + (" (x from host)" if r["x_on_host"] else ""),
-               str(r["step"]), _ms(r.get("ms")), _ms(r.get("ms"), "min"), _ms(r.get("ms"), "p90"),
-               num(r.get("gflops")), num(r.get("gbps")), num(r.get("pct_roofline"), 2), num(r.get("x_cudnn"), 2)]
+    for r in layer.variants:
+        row = [r.variant + (" (conv+tanh+pool)" if r.pools else "") + (" (x from host)" if r.x_on_host else ""),
+               str(r.step), _ms(r.ms), _ms(r.ms, "min"), _ms(r.ms, "p90"),
+               num(r.gflops), num(r.gbps), num(r.pct_roofline, 2), num(r.x_cudnn, 2)]
         if fused_site:
-            row += [_ms(r.get("tanh_pool_ms")), num(r.get("tanh_pool_x_cudnn"), 2)]
+            row += [_ms(r.tanh_pool_ms), num(r.tanh_pool_x_cudnn, 2)]
         row.append(_check(r))
         t.rows.append(row)
-    cud = layer.get("cudnn", {})
-    if "conv_ms" in cud:
-        c = cud["conv_ms"]
+    cud = layer.cudnn
+    if cud.conv_ms is not None:
+        c = cud.conv_ms
         row = ["cuDNN conv2d", "-", _ms(c), _ms(c, "min"), _ms(c, "p90"),
-               num(layer["flops"] / (c["median"] * 1e6)), num(layer["bytes"] / (c["median"] * 1e6)),
-               num(layer["floor_ms"] / c["median"] * 100, 2), "1"]
+               num(layer.flops / (c.median * 1e6)), num(layer.bytes / (c.median * 1e6)),
+               num(layer.floor_ms / c.median * 100, 2), "1"]
         if fused_site:
-            f = cud.get("conv_tanh_pool_ms")
+            f = cud.conv_tanh_pool_ms
             row += [_ms(f), "1" if f else "-"]
         row.append("reference")
         t.rows.append(row)
-        t.notes.append(cud.get("source", ""))
-    elif "error" in cud:
-        t.notes.append("cuDNN: " + cud["error"])
-    floor = f"roofline floor {num(layer['floor_ms'])} ms"
+        t.notes.append(cud.source)
+    elif cud.error is not None:
+        t.notes.append("cuDNN: " + cud.error)
+    floor = f"roofline floor {num(layer.floor_ms)} ms"
     if fused_site:
-        floor += f" (conv + tanh + pool, pooled output: {num(layer['floor_tanh_pool_ms'])} ms)"
+        floor += f" (conv + tanh + pool, pooled output: {num(layer.floor_tanh_pool_ms)} ms)"
     t.notes.append(floor)
-    if layer.get("best"):
-        t.notes.append(f"best: {layer['best']['variant']} {num(layer['best']['ms'])} ms")
+    if layer.best:
+        t.notes.append(f"best: {layer.best.variant} {num(layer.best.ms)} ms")
     return t
 
 
-def gpu_summary_table(result: dict) -> Table:
+def gpu_summary_table(result: BenchResult) -> Table:
     t = Table("Best per layer (GPU)", ["model", "layer", "best variant", "ms", "floor ms", "% roofline",
                                        "cuDNN ms", "x cuDNN"])
-    for layer in result.get("layers", []):
-        b = layer.get("best")
+    for layer in result.layers:
+        b = layer.best
         if not b:
-            t.rows.append([layer["model"], layer["layer"], "none passed", "-", "-", "-", "-", "-"])
+            t.rows.append([layer.model, layer.layer, "none passed", "-", "-", "-", "-", "-"])
             continue
-        fused = bool(b.get("tanh_pool"))
-        floor = layer["floor_tanh_pool_ms"] if fused else layer["floor_ms"]
-        cud = layer.get("cudnn", {}).get("conv_tanh_pool_ms" if fused else "conv_ms", {})
-        label = b["variant"] + (" (conv+tanh+pool)" if fused and not b["variant"].endswith("+ pool") else "")
-        t.rows.append([layer["model"], layer["layer"], label,
-                       num(b["ms"]), num(floor), num(floor / b["ms"] * 100, 2), _ms(cud),
-                       num(b.get("x_cudnn"), 2)])
+        fused = bool(b.tanh_pool)
+        floor = layer.floor_tanh_pool_ms if fused else layer.floor_ms
+        cud = layer.cudnn.conv_tanh_pool_ms if fused else layer.cudnn.conv_ms
+        label = b.variant + (" (conv+tanh+pool)" if fused and not b.variant.endswith("+ pool") else "")
+        t.rows.append([layer.model, layer.layer, label,
+                       num(b.ms), num(floor), num(floor / b.ms * 100, 2), _ms(cud),
+                       num(b.x_cudnn, 2)])
     return t
 
 
-def cpu_table(result: dict) -> Table:
+def cpu_table(result: BenchResult) -> Table:
     t = Table("CPU variants against PyTorch on the CPU", ["model", "layer", "shape", "variant", "batch", "threads",
                                                           "median s", "min s", "GFLOP/s", "x PyTorch",
                                                           "correctness (max rel err)"])
-    for r in result.get("cpu", []):
-        shape = f"C={r['C']} {r['H']}x{r['W']} M={r['M']} K={r['K']}"
-        t.rows.append([r["model"], r["layer"], shape, r["variant"], str(r["B"]), str(r["threads"]),
-                       _ms(r.get("s")), _ms(r.get("s"), "min"), num(r.get("gflops")), num(r.get("x_torch"), 2),
-                       _check(r) if "check" in r or "skipped" in r else "reference"])
+    for r in result.cpu:
+        shape = f"C={r.C} {r.H}x{r.W} M={r.M} K={r.K}"
+        t.rows.append([r.model, r.layer, shape, r.variant, str(r.B), str(r.threads),
+                       _ms(r.s), _ms(r.s, "min"), num(r.gflops), num(r.x_torch, 2),
+                       _check(r) if r.check is not None or r.skipped is not None else "reference"])
     return t
 
 
-def end_to_end_table(result: dict) -> Table:
+def _differ(d) -> str:
+    v = getattr(d, "differ_vs_pytorch", None)
+    return "-" if v is None else str(v)
+
+
+def end_to_end_table(result: BenchResult) -> Table:
     t = Table("End to end (whole network, batch in, labels out)",
               ["model", "batch", "who", "resident ms", "pinned ms", "pageable ms", "images/s (pinned)",
                "x PyTorch (pinned)", "Correctness", "labels that differ from PyTorch's", "peak device MB"])
-    for e in result.get("end_to_end", []):
+    for e in result.end_to_end:
         for mode in ("resident_ms", "pinned_ms"):
-            if "error" in e["pyconv"].get(mode, {}):
-                t.notes.append(f"{e['model']} pyconv {mode[:-3]}: {e['pyconv'][mode]['error']}")
-        fc = f", FC {e['fc_math']}" if "fc_math" in e else ""
-        whos = [("pyconv " + ",".join(e["impls"]) + fc, e["pyconv"])]
-        if "pyconv_reduced" in e:
-            r = e["pyconv_reduced"]
-            whos.append((f"rejected: pyconv {','.join(r['impls'])}, FC {r['fc_math']}", r))
-            t.notes.append(f"{e['model']}: the TF32 configuration changed {r.get('differ_vs_pytorch')} label(s) "
+            s = getattr(e.pyconv, mode)
+            if s is not None and s.error is not None:
+                t.notes.append(f"{e.model} pyconv {mode[:-3]}: {s.error}")
+        fc = f", FC {e.fc_math}" if e.fc_math is not None else ""
+        whos = [("pyconv " + ",".join(e.impls) + fc, e.pyconv)]
+        if e.pyconv_reduced is not None:
+            r = e.pyconv_reduced
+            whos.append((f"rejected: pyconv {','.join(r.impls)}, FC {r.fc_math}", r))
+            t.notes.append(f"{e.model}: the TF32 configuration changed {r.differ_vs_pytorch} label(s) "
                            "against PyTorch's float32 network, so final runs in float32")
-        for who, d in (*whos, ("PyTorch", e.get("pytorch", {}))):
-            if "error" in d:
-                t.rows.append([e["model"], str(e["batch"]), who, d["error"], "", "", "", "", "", "", ""])
+        for who, d in (*whos, ("PyTorch", e.pytorch)):
+            if d.error is not None:
+                t.rows.append([e.model, str(e.batch), who, d.error, "", "", "", "", "", "", ""])
                 continue
             mine = who.startswith("pyconv")
-            t.rows.append([e["model"], str(e["batch"]), who, _ms(d.get("resident_ms")), _ms(d.get("pinned_ms")),
-                           _ms(d.get("pageable_ms")), num(d.get("pinned_ms", {}).get("images_per_s")),
-                           num(e.get("x_pytorch", {}).get("pinned_ms"), 2) if mine else
+            t.rows.append([e.model, str(e.batch), who, _ms(d.resident_ms), _ms(d.pinned_ms),
+                           _ms(d.pageable_ms), num(d.pinned_ms.images_per_s if d.pinned_ms else None),
+                           num(e.x_pytorch.get("pinned_ms"), 2) if mine else
                            ("1" if who == "PyTorch" else "-"),
-                           num(d.get("correctness"), 4), str(d.get("differ_vs_pytorch", "-")),
-                           num(d.get("peak_device_bytes", 0) / 2**20)])
+                           num(d.correctness, 4), _differ(d),
+                           num((d.peak_device_bytes or 0) / 2**20)])
     return t
 
 
-def pipeline_table(result: dict) -> Table | None:
-    rows = [(e, e["pyconv"]["pipeline"]) for e in result.get("end_to_end", []) if e["pyconv"].get("pipeline")]
+def pipeline_table(result: BenchResult) -> Table | None:
+    rows = [(e, e.pyconv.pipeline) for e in result.end_to_end if e.pyconv.pipeline]
     if not rows:
         return None
-    chunks = sorted({p["chunks"] for _, sweep in rows for p in sweep})
+    chunks = sorted({p.chunks for _, sweep in rows for p in sweep})
     t = Table("Pipeline shape (pinned ms: the batch in chunks queued round-robin on streams)",
               ["model", "streams", *[f"{c} chunk{'s' if c > 1 else ''}" for c in chunks]])
     for e, sweep in rows:
-        for n_streams in sorted({p["streams"] for p in sweep}):
-            by_chunks = {p["chunks"]: p["pinned_ms"] for p in sweep if p["streams"] == n_streams}
-            t.rows.append([e["model"], str(n_streams), *[_ms(by_chunks.get(c)) for c in chunks]])
-    if rows and "chunks" in rows[0][0]:
-        t.notes.append(f"final runs {rows[0][0]['chunks']} chunks on {rows[0][0]['streams']} streams")
+        for n_streams in sorted({p.streams for p in sweep}):
+            by_chunks = {p.chunks: p.pinned_ms for p in sweep if p.streams == n_streams}
+            t.rows.append([e.model, str(n_streams), *[_ms(by_chunks.get(c)) for c in chunks]])
+    if rows and rows[0][0].chunks is not None:
+        t.notes.append(f"final runs {rows[0][0].chunks} chunks on {rows[0][0].streams} streams")
     return t
 
 
-def multi_gpu_table(result: dict) -> Table:
+def multi_gpu_table(result: BenchResult) -> Table:
     t = Table("Several GPUs (batch split across GPUs, from pinned memory)",
               ["model", "batch", "GPUs", "pinned ms", "images/s", "speedup", "Correctness"])
-    for e in result.get("end_to_end", []):
-        for row in e.get("multi_gpu", []):
-            t.rows.append([e["model"], str(e["batch"]), str(row["gpus"]), _ms(row["pinned_ms"]),
-                           num(row["pinned_ms"].get("images_per_s")), num(row["speedup"], 2),
-                           num(row["correctness"], 4)])
+    for e in result.end_to_end:
+        for row in e.multi_gpu:
+            t.rows.append([e.model, str(e.batch), str(row.gpus), _ms(row.pinned_ms),
+                           num(row.pinned_ms.images_per_s), num(row.speedup, 2),
+                           num(row.correctness, 4)])
     return t
 
 
-def goals_table(result: dict) -> Table:
+def goals_table(result: BenchResult) -> Table:
     t = Table("Goals", ["goal", "target", "measured", "met", "note"])
-    for g in result.get("goals", []):
-        met = "-" if g["met"] is None else ("yes" if g["met"] else "NO")
-        t.rows.append([g["name"], f"{g['target']} {g['unit']}", num(g["measured"]), met, g.get("note", "")])
+    for g in result.goals:
+        met = "-" if g.met is None else ("yes" if g.met else "NO")
+        t.rows.append([g.name, f"{g.target} {g.unit}", num(g.measured), met, g.note])
     return t
 
 
-def tables(result: dict) -> list[Table]:
+def tables(result: BenchResult | dict) -> list[Table]:
+    result = record(result)
     out: list[Table] = []
-    if result.get("layers"):
-        out += [layer_table(layer) for layer in result["layers"]]
+    if result.layers:
+        out += [layer_table(layer) for layer in result.layers]
         out.append(gpu_summary_table(result))
-    if result.get("cpu"):
+    if result.cpu:
         out.append(cpu_table(result))
-    if result.get("end_to_end"):
+    if result.end_to_end:
         out.append(end_to_end_table(result))
         pipe = pipeline_table(result)
         if pipe:
             out.append(pipe)
-        if any(e.get("multi_gpu") for e in result["end_to_end"]):
+        if any(e.multi_gpu for e in result.end_to_end):
             out.append(multi_gpu_table(result))
-    if result.get("goals"):
+    if result.goals:
         out.append(goals_table(result))
     return out
 
@@ -343,12 +346,14 @@ def render_markdown(t: Table) -> str:
     return "\n".join(out)
 
 
-def text_tables(result: dict) -> str:
+def text_tables(result: BenchResult | dict) -> str:
+    result = record(result)
     return "\n".join(header_lines(result)) + "\n\n" + "\n\n".join(render_text(t) for t in tables(result)) + "\n"
 
 
-def markdown_tables(result: dict) -> str:
+def markdown_tables(result: BenchResult | dict) -> str:
     """The measurement's header and every table in Markdown: what the README's performance section shows."""
+    result = record(result)
     head = ["Measured by `invoke bench`:", "", *(f"- {line}" for line in header_lines(result))]
     return "\n".join(head) + "\n\n" + "\n\n".join(render_markdown(t) for t in tables(result)) + "\n"
 
@@ -402,49 +407,49 @@ def _bar_panels(groups: list[tuple[str, list[tuple[str, float, str]]]], xlabel: 
 OURS, FUSED, THEIRS = "tab:blue", "tab:green", "tab:orange"
 
 
-def plot_files(result: dict, stem: Path) -> list[Path]:
+def plot_files(result: BenchResult | dict, stem: Path) -> list[Path]:
     """PNGs beside the report: GPU op time per variant per layer (log scale), GPU % of roofline per variant per
     layer, CPU op time per variant per layer (log scale). Only the plots the JSON has data for."""
+    result = record(result)
     written = []
-    layers = result.get("layers", [])
+    layers = result.layers
     if layers:
         times, roof = [], []
         for layer in layers:
             bars, pct = [], []
-            for r in layer["variants"]:
-                if "ms" not in r:
+            for r in layer.variants:
+                if r.ms is None:
                     continue
-                pooled = r["epilogue"] == "tanh-maxpool2"
-                label = r["variant"] + (" (conv+tanh+pool)" if pooled else "")
-                bars.append((label, r["ms"]["median"], FUSED if pooled else OURS))
-                pct.append((label, r["pct_roofline"], FUSED if pooled else OURS))
-                if "tanh_pool_ms" in r:
-                    bars.append((r["variant"] + " + tanh + pool", r["tanh_pool_ms"]["median"], FUSED))
-            cud = layer.get("cudnn", {})
-            if "conv_ms" in cud:
-                bars.append(("cuDNN conv2d", cud["conv_ms"]["median"], THEIRS))
-                pct.append(("cuDNN conv2d", layer["floor_ms"] / cud["conv_ms"]["median"] * 100, THEIRS))
-            if "conv_tanh_pool_ms" in cud:
-                bars.append(("cuDNN conv2d + tanh + pool", cud["conv_tanh_pool_ms"]["median"], THEIRS))
+                label = r.variant + (" (conv+tanh+pool)" if r.pools else "")
+                bars.append((label, r.ms.median, FUSED if r.pools else OURS))
+                pct.append((label, r.pct_roofline, FUSED if r.pools else OURS))
+                if r.tanh_pool_ms is not None:
+                    bars.append((r.variant + " + tanh + pool", r.tanh_pool_ms.median, FUSED))
+            cud = layer.cudnn
+            if cud.conv_ms is not None:
+                bars.append(("cuDNN conv2d", cud.conv_ms.median, THEIRS))
+                pct.append(("cuDNN conv2d", layer.floor_ms / cud.conv_ms.median * 100, THEIRS))
+            if cud.conv_tanh_pool_ms is not None:
+                bars.append(("cuDNN conv2d + tanh + pool", cud.conv_tanh_pool_ms.median, THEIRS))
             title = _layer_title(layer)
             times.append((title, bars))
             roof.append((title, pct))
-        gpu = (result.get("gpu") or {}).get("name", "GPU")
+        gpu = result.gpu.name if result.gpu else "GPU"
         written.append(_bar_panels(times, "milliseconds (median, log scale)", True,
                                    stem.with_name(stem.name + "-gpu-op-time.png"), f"Op time per variant, {gpu}"))
         written.append(_bar_panels(roof, "% of the roofline floor", False,
                                    stem.with_name(stem.name + "-gpu-roofline.png"), f"% of roofline, {gpu}"))
-    cpu = result.get("cpu", [])
+    cpu: list[CpuRow] = result.cpu
     if cpu:
         groups: dict[str, list] = {}
         for r in cpu:
-            if "s" not in r:
+            if r.s is None:
                 continue
-            key = f"{r['model']} {r['layer']}: C={r['C']} {r['H']}x{r['W']} M={r['M']} K={r['K']}"
-            groups.setdefault(key, []).append((f"{r['variant']} (batch {r['B']})", r["s"]["median"],
-                                               THEIRS if r["variant"].startswith("pytorch") else OURS))
+            key = f"{r.model} {r.layer}: C={r.C} {r.H}x{r.W} M={r.M} K={r.K}"
+            groups.setdefault(key, []).append((f"{r.variant} (batch {r.B})", r.s.median,
+                                               THEIRS if r.variant.startswith("pytorch") else OURS))
         if groups:
-            host = (result.get("host_cpu") or {}).get("model", "CPU")
+            host = result.host_cpu.model
             written.append(_bar_panels(list(groups.items()), "seconds (median, log scale)", True,
                                        stem.with_name(stem.name + "-cpu-op-time.png"), f"CPU op time, {host}"))
     return written
@@ -454,16 +459,17 @@ def plot_files(result: dict, stem: Path) -> list[Path]:
 # The page and the README
 
 
-def combined_markdown(results: list[tuple[str, dict]]) -> str:
+def combined_markdown(results: list[tuple[str, BenchResult]]) -> str:
     """Each result's tables under a heading naming the file it came from."""
     blocks = []
     for name, result in results:
-        what = ", ".join(title for key, title in PARTS if result.get(key)) or "benchmark"
+        result = record(result)
+        what = ", ".join(title for key, title in PARTS if getattr(result, key)) or "benchmark"
         blocks.append(f"### {what} (`results/{name}`)\n\n" + markdown_tables(result).rstrip())
     return "\n\n".join(blocks) + "\n"
 
 
-def report_markdown(results: list[tuple[str, dict]], images: list[str]) -> str:
+def report_markdown(results: list[tuple[str, BenchResult]], images: list[str]) -> str:
     page = ["# pyconv benchmark report", "",
             "Generated by `invoke report` from " + ", ".join(f"`{n}`" for n, _ in results) + ".", "",
             combined_markdown(results).rstrip(), ""]
@@ -500,7 +506,7 @@ def replace_between_markers(text: str, block: str, BEGIN: str = BEGIN, END: str 
     return head + BEGIN + "\n" + block.rstrip("\n") + "\n" + END + tail
 
 
-def update_readme(results: list[tuple[str, dict]], readme: Path = README) -> Path:
+def update_readme(results: list[tuple[str, BenchResult]], readme: Path = README) -> Path:
     """Rewrite the README's benchmark section; read and written as bytes so line endings stay as they are."""
     try:
         text = readme.read_bytes().decode("utf-8")

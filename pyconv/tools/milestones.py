@@ -1,15 +1,16 @@
 """The course's milestones as standalone runs.
 
 `run(...)` (the parent) validates the arguments, then runs the milestone in a child process under
-timelog.run_timed, which prints and logs the /usr/bin/time block. The child (`python -m pyconv.milestones`)
+timelog.run_timed, which prints and logs the /usr/bin/time block. The child (`python -m pyconv.tools.milestones`)
 prints what the course printed:
     Loading fashion-mnist data... done
     Loading model... done
     New Inference
     Op Time: <seconds>            (one per conv layer, that layer's convolution only)
     Correctness: <acc> Model: <name>
-Milestone 1 runs the network in PyTorch (framework.py), 2 on the CPU (engine.py), 3/4/final on the GPU
-(gpu_engine.py)."""
+Milestone 1 runs the network in PyTorch (engines/framework.py); 2, 3, 4 and final run the Plan that pyconv.plan
+makes for them (the variant per conv layer, from the variants' roles and, for final, this GPU's evidence) on the
+CPU engine (2) or the GPU engine (3, 4, final)."""
 
 from __future__ import annotations
 
@@ -20,26 +21,16 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import evidence, native, variants
 from ..core import data
-from ..core.checks import as_int
+from ..core.checks import MAX_BATCH, check_batch
+from ..core.data import accuracy
 from ..core.errors import PyconvError
 from ..core.model import DEFAULT_MODEL, Model, load_model
-from . import timelog
+from ..plan import Plan, conv_sites, plan
+from . import profile_hook, timelog
 
 MILESTONES = ("1", "2", "3", "4", "final")
-MAX_BATCH = 10000
-CPU_IMPLS = ("cpu-naive", "cpu-fast", "numpy")
-
-
-def check_batch(batch) -> int:
-    """1..10000, an integer (a string like '100' is accepted; '1.5', '0', '-3', 'abc' are not)."""
-    try:
-        n = as_int(batch)
-    except (TypeError, ValueError):
-        raise PyconvError(f"batch must be an integer between 1 and {MAX_BATCH}, got {batch!r}") from None
-    if not 1 <= n <= MAX_BATCH:
-        raise PyconvError(f"batch must be an integer between 1 and {MAX_BATCH}, got {n}")
-    return n
 
 
 def check_milestone(m) -> str:
@@ -55,27 +46,69 @@ def print_result(op_times: list[float], accuracy: float, model_name: str) -> Non
     print(f"Correctness: {accuracy:.4g} Model: {model_name}")
 
 
-def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:
-    return float(np.mean(np.asarray(pred) == np.asarray(labels)))
-
-
 def load_inputs(model: Model, batch: int) -> tuple[np.ndarray, np.ndarray]:
     """The first `batch` test images at the model's input size, uint8 [N][1][S][S], and their labels."""
     return data.load_test(model.input_size, batch)
 
 
+def make_plan(m: str, model: Model, batch: int, impl: str | None = None, fallback: bool = False,
+              gpu_name: str | None = None) -> Plan:
+    """What milestone m (2, 3, 4 or final) runs for `model` at this batch. final reads the evidence of this GPU
+    (or of the GPU named gpu_name, which needs none visible): results/evidence/<gpu>.json, pyconv.evidence."""
+    sites = conv_sites(model, batch)
+    if m == "2":
+        return plan(m, sites, variants.cpu_variants(), None, impl)
+    if gpu_name is None:
+        gpu_name = native.gpu().device_info()["name"]
+    ev = evidence.for_gpu(gpu_name) if m == "final" and impl is None else None
+    return plan(m, sites, variants.gpu_variants(), ev, impl, model_digest=model.digest(), fallback=fallback)
+
+
+def explain(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None, fallback: bool = False,
+            gpu_name: str | None = None) -> list[str]:
+    """The plan milestone m would run, in words (`invoke plan`); gpu_name: for that GPU, without one visible."""
+    m = check_milestone(m)
+    if m == "1":
+        raise PyconvError("milestone 1 runs PyTorch's own convolutions: it has no plan (explain 2, 3, 4 or final)")
+    p = make_plan(m, load_model(model), check_batch(batch), impl, fallback, gpu_name)
+    return ([f"for {gpu_name}"] if gpu_name and p.device == "gpu" else []) + p.lines()
+
+
+def run_planned(m: str, model: Model, x: np.ndarray, labels: np.ndarray, impl: str | None = None, gpus: str = "1",
+                fallback: bool = False) -> None:
+    """Milestone 2, 3, 4 or final in this process: prints 'New Inference', one Op Time per conv layer and
+    Correctness."""
+    if m == "2":
+        from ..engines import cpu
+
+        p = make_plan(m, model, len(x), impl)
+        print("New Inference", flush=True)
+        res = cpu.run_plan(p, model, x)
+        print_result(res.op_times, accuracy(res.labels, labels), model.name)
+        return
+    from ..engines import gpu
+
+    n_gpus = gpu.parse_gpus(gpus)
+    if n_gpus > 1 and m != "final":
+        raise PyconvError(f"--gpus {gpus}: only the final milestone runs on several GPUs")
+    p = make_plan(m, model, len(x), impl, fallback)
+    engine = gpu.engine_for(p, model, n_gpus)
+    print("New Inference", flush=True)
+    res = gpu.run_plan(p, engine, x)
+    print_result(res.op_times, accuracy(res.labels, labels), model.name)
+
+
 def _child(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m pyconv.milestones")
+    p = argparse.ArgumentParser(prog="python -m pyconv.tools.milestones")
     p.add_argument("--m", required=True)
     p.add_argument("--batch", required=True)
     p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--impl", default=None)
     p.add_argument("--device", default="both")
     p.add_argument("--gpus", default="1")
+    p.add_argument("--fallback", action="store_true")
     a = p.parse_args(argv)
-    from . import profile
-
-    trace = profile.child_start()  # only with PYCONV_PROFILE set (`invoke profile`): CUPTI-trace this process
+    trace = profile_hook.child_start()  # only with PYCONV_PROFILE set (`invoke profile`): CUPTI-trace this process
     try:
         m, batch = check_milestone(a.m), check_batch(a.batch)
         print("Loading fashion-mnist data...", end=" ", flush=True)
@@ -88,53 +121,40 @@ def _child(argv: list[str]) -> int:
             from ..engines.framework import run_m1
 
             run_m1(model, x, labels, device=a.device)
-        elif m == "2":
-            from ..engines.cpu import forward_cpu
-
-            impl = a.impl or "cpu-fast"
-            if impl not in CPU_IMPLS:
-                raise PyconvError(f"milestone 2 runs on the CPU: --impl must be one of {', '.join(CPU_IMPLS)}")
-            print("New Inference", flush=True)
-            res = forward_cpu(model, x.astype(np.float32), impl)
-            print_result(res.op_times, accuracy(res.labels, labels), model.name)
         else:
-            from ..engines.gpu import run_gpu_milestone
-
-            run_gpu_milestone(m, model, x, labels, impl=a.impl, gpus=a.gpus)
+            run_planned(m, model, x, labels, impl=a.impl, gpus=a.gpus, fallback=a.fallback)
     except PyconvError as e:
         print(f"error: {e}", flush=True)
         return 2
     finally:
         # Flush the trace while the CUDA context and the modules are alive, not from an exit handler.
-        profile.child_finish(trace)
+        profile_hook.child_finish(trace)
     return 0
 
 
 def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None, posix: bool = False,
-        device: str = "both", gpus: str = "1", env: dict | None = None) -> int:
+        device: str = "both", gpus: str = "1", env: dict | None = None, fallback: bool = False) -> int:
     """Validate, then run the milestone in a child under the /usr/bin/time-style logger. Returns the exit code."""
     m = check_milestone(m)
     batch = check_batch(batch)
-    load_model(model)  # fail here, in one line, before starting a child
-    if m == "2" and impl is not None and impl not in CPU_IMPLS:
-        raise PyconvError(f"milestone 2 runs on the CPU: --impl must be one of {', '.join(CPU_IMPLS)}")
+    loaded = load_model(model)  # fail here, in one line, before starting a child
+    if m == "2" and impl is not None:
+        make_plan(m, loaded, batch, impl)  # an --impl milestone 2 cannot run: one line here
     if device not in ("cpu", "gpu", "both"):
         raise PyconvError(f"--device must be cpu, gpu or both, got '{device}'")
     data.require_data()
     if m in ("3", "4", "final"):
-        from ..engines.gpu import gpu_module
-
-        gpu_module()  # no GPU or no CUDA build: one line here rather than a failing child
+        native.gpu()  # no GPU or no CUDA build: one line here rather than a failing child
         if impl is not None:
-            from ..engines.gpu import check_impl
-
-            check_impl(impl)
+            make_plan(m, loaded, batch, impl, fallback)  # an unknown or refused --impl: one line here
     if m == "1":
         return _run_m1(batch, model, device, posix, env)
     argv = [sys.executable, "-m", "pyconv.tools.milestones", "--m", m, "--batch", str(batch), "--model", model,
             "--device", device, "--gpus", str(gpus)]
     if impl:
         argv += ["--impl", impl]
+    if fallback:
+        argv.append("--fallback")
     tag = f"m{m}-{Path(model).stem}-b{batch}" + (f"-{impl}" if impl else "")
     if m != "2":
         # CUDA loads kernels lazily by default: the first launch of each would load its module inside the

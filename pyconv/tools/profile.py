@@ -21,74 +21,38 @@ Where CUPTI cannot trace (no GPU, module not built, another profiler attached) t
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from ..core import paths
 from ..core.errors import PyconvError
-from ..core.fileio import atomic_path, write_text_atomic
+from ..core.fileio import write_text_atomic
+from .profile_hook import (  # noqa: F401 (the child's side, re-exported: profile.child_start etc.)
+    API_BLOCK,
+    API_KINDS,
+    BLOCKS,
+    ENV_VAR,
+    FORMAT_VERSION,
+    GPU_BLOCK,
+    GPU_KINDS,
+    Row,
+    _ChildTrace,
+    block_of,
+    child_finish,
+    child_start,
+    group,
+)
 
-ENV_VAR = "PYCONV_PROFILE"
-FORMAT_VERSION = 1
-GPU_BLOCK = "GPU activities"
-API_BLOCK = "API calls"
-BLOCKS = (GPU_BLOCK, API_BLOCK)
-GPU_KINDS = ("kernel", "memcpy", "memset")
-API_KINDS = ("runtime", "driver")
 MARK_SHARE = 90.0  # percent
 LEGEND = f"* rows that together make up more than {MARK_SHARE:g}% of their block's time"
 
 
 # ---------------------------------------------------------------------------------------------- summary (pure)
-@dataclass
-class Row:
-    block: str
-    name: str
-    calls: int
-    total_ns: int
-    min_ns: int
-    max_ns: int
-    percent: float = 0.0  # of the block's total
-    over90: bool = False  # one of the top rows that together first exceed MARK_SHARE of the block
-
-    @property
-    def avg_ns(self) -> float:
-        return self.total_ns / self.calls
-
-
-def block_of(kind: str) -> str:
-    if kind in GPU_KINDS:
-        return GPU_BLOCK
-    if kind in API_KINDS:
-        return API_BLOCK
-    raise ValueError(f"unknown activity kind {kind!r}")
-
-
-def group(records) -> list[Row]:
-    """Group trace records by (block, name): calls, total, min, max. Unordered, percentages not yet set."""
-    rows: dict[tuple[str, str], Row] = {}
-    for r in records:
-        d = int(r["end_ns"]) - int(r["start_ns"])
-        if d < 0:
-            raise ValueError(f"record ends before it starts: {r!r}")
-        key = (block_of(r["kind"]), r["name"])
-        row = rows.get(key)
-        if row is None:
-            rows[key] = Row(key[0], key[1], 1, d, d, d)
-        else:
-            row.calls += 1
-            row.total_ns += d
-            row.min_ns = min(row.min_ns, d)
-            row.max_ns = max(row.max_ns, d)
-    return list(rows.values())
-
-
 def rank(rows: list[Row]) -> list[Row]:
     """Order as nvprof does (GPU activities, then API calls; each by total time, largest first), set Time(%)
     within the block and mark the top rows whose cumulative share first exceeds MARK_SHARE."""
@@ -161,58 +125,6 @@ def over90(rows: list[Row], block: str) -> list[str]:
     return [r.name for r in rows if r.block == block and r.over90]
 
 
-# ---------------------------------------------------------------------------------------------- child side
-class _ChildTrace:
-    def __init__(self, module, dest: Path):
-        self.module, self.dest = module, dest
-        self.finished = False
-
-
-def _unavailable(reason: str) -> None:
-    print(f"profile: CUPTI unavailable ({' '.join(str(reason).split())}); running unprofiled", flush=True)
-
-
-def child_start(env=os.environ):
-    """In the milestone child: when PYCONV_PROFILE names a file, start the CUPTI trace and arrange for the
-    grouped records to be written there at exit. Returns the trace, or None when not asked or unavailable
-    (then one line says why and the milestone runs unprofiled)."""
-    dest = env.get(ENV_VAR)
-    if not dest:
-        return None
-    try:
-        from .. import _cupti
-    except ImportError as e:
-        _unavailable(f"pyconv._cupti is not built: {e}")
-        return None
-    try:
-        _cupti.start()
-    except _cupti.CuptiError as e:
-        _unavailable(e)
-        return None
-    trace = _ChildTrace(_cupti, Path(dest))
-    atexit.register(child_finish, trace)
-    return trace
-
-
-def child_finish(trace) -> None:
-    """Stop the trace, group the records and write them (atomically) where PYCONV_PROFILE said. Idempotent."""
-    if trace is None or trace.finished:
-        return
-    trace.finished = True
-    m = trace.module
-    try:
-        m.stop()
-    except m.CuptiError as e:
-        print(f"profile: CUPTI trace failed ({e}); no profile written", flush=True)
-        return
-    records = m.records()
-    doc = {"format": FORMAT_VERSION, "pid": os.getpid(), "command": " ".join(sys.argv),
-           "cupti": dict(m.versions()), "records": len(records), "dropped_records": int(m.dropped_records()),
-           "rows": [asdict(r) for r in group(records)]}
-    with atomic_path(trace.dest) as tmp:
-        tmp.write_text(json.dumps(doc))
-
-
 # ---------------------------------------------------------------------------------------------- parent side
 def profile_log_path(m: str, model: str, batch: int) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -231,8 +143,8 @@ def run_profile(m, batch=10000, model: str | None = None, impl: str | None = Non
                 **milestone_kwargs) -> int:
     """Run a milestone under the CUPTI trace, print the nvprof summary, write the log and its JSON.
     Returns the milestone's exit code."""
-    from . import milestones
     from ..core.model import DEFAULT_MODEL
+    from . import milestones
 
     model = model or DEFAULT_MODEL
     m = milestones.check_milestone(m)

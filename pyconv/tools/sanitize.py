@@ -1,12 +1,12 @@
 """`invoke sanitize`: every GPU kernel under compute-sanitizer, at shapes that exercise the edges.
 
 For each tool (memcheck, racecheck, initcheck, synccheck) and each registry variant, a child process
-    compute-sanitizer --tool <tool> --error-exitcode 86 ... python -m pyconv.sanitize --child --variant <name>
+    compute-sanitizer --tool <tool> --error-exitcode 86 ... python -m pyconv.tools.sanitize --child --variant <name>
 runs the variant through pyconv._gpu.conv on EDGE_SHAPES (batch 1, odd and non-square sizes, K=1, K=H=W, C>1,
-sizes that are a multiple of no tile) and checks every result against the numpy reference, so a kernel that is
-clean but wrong fails too. gpu-autotuned runs every one of its tile configurations, each a kernel of its own.
-Then one whole milestone run (python -m pyconv.milestones --m 3 --batch 64) under memcheck covers the layer
-kernels, cuBLAS and the network's buffers.
+sizes that are a multiple of no tile) and checks every result against the numpy reference (pyconv.verify), so a
+kernel that is clean but wrong fails too. A tunable variant runs every one of its tile configurations, each a
+kernel of its own. Then one whole milestone run (python -m pyconv.tools.milestones --m 3 --batch 64) under
+memcheck covers the layer kernels, cuBLAS and the network's buffers.
 
 The parent reads each child's "ERROR SUMMARY: N errors", prints a table (target x tool: errors), writes
 it as JSON (and every child's full output as a .log beside it) under logs/, atomically, and fails when any
@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import native, verify
+from .. import variants as variant_registry
 from ..core import paths
 from ..core.errors import PyconvError
 from ..core.fileio import write_text_atomic
@@ -151,51 +153,28 @@ def format_table(results: list[Result], tools=TOOLS) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- the child
-def _tolerances(variant: dict, c: int, k: int) -> tuple[float, float]:
-    # Inputs in [-1, 1]: a float32 sum of C*K*K products carries rounding error growing like sqrt(C*K*K).
-    rtol = float(variant["tolerance"])
-    return rtol, rtol * float(np.sqrt(c * k * k))
-
-
-def _check_one(g, variant: dict, shape, rng) -> str:
+def _check_one(g, variant, shape, rng) -> str:
     """'' when the variant's result on `shape` matches the reference, else what is wrong."""
-    from ..core import reference
-
-    b, c, h, w, m, k = shape
-    x = (rng.uniform(0.05, 1.0, (b, c, h, w)) * rng.choice([-1.0, 1.0], (b, c, h, w))).astype(np.float32)
-    wt = (rng.uniform(0.05, 1.0, (m, c, k, k)) * rng.choice([-1.0, 1.0], (m, c, k, k))).astype(np.float32)
-    y = g.conv(variant["name"], x, wt)  # the binding poisons the output (NaN) before the launch
-    ref = reference.conv2d(x, wt)
-    if variant["epilogue"] == "tanh-maxpool2":
-        ref = reference.tanh_maxpool2(ref)
-    if y.shape != ref.shape:
-        return f"shape {y.shape} != reference {ref.shape}"
-    rtol, atol = _tolerances(variant, c, k)
-    err = np.abs(y.astype(np.float64) - ref)
-    bad = ~(err <= atol + rtol * np.abs(ref))  # NaN (an element never written) counts as bad
-    if bad.any():
-        return f"{int(bad.sum())} of {bad.size} elements off the reference (worst {np.nanmax(err):.3g})"
-    return ""
+    return verify.check_variant(g.conv, variant, shape, rng).why  # the binding poisons the output (NaN)
 
 
 def _child(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m pyconv.sanitize --child")
+    p = argparse.ArgumentParser(prog="python -m pyconv.tools.sanitize --child")
     p.add_argument("--child", action="store_true")
     p.add_argument("--variant", required=True)
     a = p.parse_args(argv)
-    from .. import _gpu
-
-    variant = next((v for v in _gpu.variants() if v["name"] == a.variant), None)
+    _gpu = native.gpu(device=False)
+    variant = next((v for v in variant_registry.gpu_variants() if v.name == a.variant), None)
     if variant is None:
         print(f"error: unknown GPU variant '{a.variant}'", flush=True)
         return 1
     rng = np.random.default_rng(SEED)
     configs: list[int | None] = [None]
-    if a.variant == "gpu-autotuned":  # every tile configuration is a kernel of its own
+    if variant.tunable:  # every tile configuration is a kernel of its own
         configs = list(range(len(_gpu.autotune_configs())))
     checked = wrong = 0
     for shape in EDGE_SHAPES:
-        why = _gpu.why_unsupported(a.variant, *shape)
+        why = variant.why_unsupported(shape)
         if why:
             print(f"skip {shape}: {why}", flush=True)
             continue
@@ -234,16 +213,6 @@ def find_sanitizer() -> Path:
             return candidate
     raise PyconvError("compute-sanitizer not found (looked on PATH, in $CUDA_HOME/bin, $CUDA_PATH/bin, "
                       "/usr/local/cuda/bin and beside nvcc): install the CUDA toolkit's sanitizer")
-
-
-def gpu_module():
-    """pyconv._gpu, or a PyconvError when it is not built (whether a GPU is visible is checked separately)."""
-    try:
-        from .. import _gpu
-    except ImportError as e:
-        raise PyconvError(f"the CUDA module pyconv._gpu is not built ({e}); run `invoke build` on a machine "
-                          "with nvcc") from None
-    return _gpu
 
 
 def parse_list(text: str | None, known: tuple[str, ...] | list[str], what: str) -> list[str]:
@@ -313,8 +282,8 @@ def run_sanitize(tools: str | None = None, variants: str | None = None, mileston
             raise ValueError
     except (TypeError, ValueError):
         raise PyconvError(f"--timeout must be a positive number of seconds, got {timeout!r}") from None
-    g = gpu_module()
-    names = parse_list(variants, [v["name"] for v in g.variants()], "GPU variant")
+    g = native.gpu(device=False)
+    names = parse_list(variants, [v.name for v in variant_registry.gpu_variants()], "GPU variant")
     run_milestone = milestone is not None and str(milestone).strip().lower() not in ("", "none", "no")
     if run_milestone:
         m = milestones.check_milestone(milestone)

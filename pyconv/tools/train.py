@@ -21,8 +21,8 @@ from ..core import archs, data, paths
 from ..core.checks import check_model_name, check_positive_int
 from ..core.errors import PyconvError
 from ..core.fileio import write_text_atomic
-from ..engines.framework import build_net, export_weights, require_torch
 from ..core.model import Model, load_model, save_model, shipped_models
+from ..engines.framework import build_net, export_weights, require_torch
 
 INPUT_SCALE = 1.0 / 255.0
 ACCURACY_COUNTS = (100, 1000, 10000)
@@ -127,14 +127,16 @@ def train(arch: str, name: str, epochs: int = 2, seed: int = 0, batch_size: int 
     return dest
 
 
-def measure_accuracy(model: Model, counts=ACCURACY_COUNTS, impl: str = "cpu-fast") -> dict[str, float]:
-    """Correctness over the first N test images for each N, as `invoke milestone --m 2` computes it."""
-    from ..engines.cpu import forward_cpu
+def measure_accuracy(model: Model, counts=ACCURACY_COUNTS, impl: str | None = None) -> dict[str, float]:
+    """Correctness over the first N test images for each N, as `invoke milestone --m 2` computes it (with its
+    default CPU variant unless `impl` names one)."""
+    from ..engines import cpu
+    from .milestones import make_plan
 
     out = {}
     for count in counts:
         x, labels = data.load_test(model.input_size, count)
-        res = forward_cpu(model, x.astype(np.float32), impl)
+        res = cpu.run_plan(make_plan("2", model, len(x), impl), model, x)
         out[str(count)] = float(np.mean(res.labels == np.asarray(labels)))
     return out
 

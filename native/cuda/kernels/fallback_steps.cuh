@@ -1,0 +1,20 @@
+// Launchers of ladder steps that later steps fall back to, for shapes their own kernels do not cover:
+// step 6 (specialised) runs step 5 (register-tiled), step 12 (constant-operand) runs step 6, and step 9 (streams)
+// runs step 7 (channel-parallel) where the tensor-core kernel refuses the shape.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "common/conv_shape.hpp"
+
+namespace pyconv {
+
+void conv_fwd_gpu_register_tiled(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_supports_gpu_register_tiled(const ConvShape& s);
+void conv_fwd_gpu_specialised(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_supports_gpu_specialised(const ConvShape& s);
+void conv_fwd_gpu_channel_parallel(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_supports_gpu_channel_parallel(const ConvShape& s);
+
+}  // namespace pyconv

@@ -1,0 +1,119 @@
+#include <cstring>
+#include <stdexcept>
+
+#include "cuda/runtime/autotune.cuh"
+#include "cuda/runtime/cuda_check.cuh"
+#include "cuda/runtime/device_buffer.cuh"
+#include "cuda/runtime/harness.cuh"
+#include "cuda/runtime/layers.cuh"
+
+namespace pyconv {
+namespace {
+
+int64_t product(const std::vector<int64_t>& v) {
+  int64_t n = 1;
+  for (int64_t d : v) n *= d;
+  return n;
+}
+
+// Times `reps` runs of `launch(stream)` after `warmup` untimed ones, CUDA events around each; milliseconds.
+template <typename F>
+std::vector<float> time_launches(F&& launch, int warmup, int reps) {
+  if (warmup < 0 || reps < 1) throw std::invalid_argument("timing: need warmup >= 0 and reps >= 1");
+  Stream stream;
+  Event start, stop;
+  std::vector<float> ms;
+  for (int i = 0; i < warmup + reps; ++i) {
+    start.record(stream.get());
+    launch(stream.get());
+    stop.record(stream.get());
+    const float t = stop.since(start);
+    if (i >= warmup) ms.push_back(t);
+  }
+  return ms;
+}
+
+// The inputs of a timed convolution, uploaded once (x in pinned host memory for an x_on_host variant).
+struct ConvInputs {
+  DeviceBuffer<float> dx, dk, dy, tmp;
+  PinnedBuffer<float> hx;
+  const float* x = nullptr;
+  ConvInputs(const GpuConvVariant& v, const ConvShape& s, const float* x_host, const float* k_host, size_t ny) {
+    dk.upload(k_host, size_t(s.k_size()));
+    dy.resize(ny);
+    if (v.x_on_host) {
+      hx.resize(size_t(s.x_size()));
+      std::memcpy(hx.get(), x_host, size_t(s.x_size()) * sizeof(float));
+      x = hx.get();
+    } else {
+      dx.upload(x_host, size_t(s.x_size()));
+      x = dx.get();
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());  // the uploads ran on the legacy stream; timing runs on another
+  }
+};
+
+}  // namespace
+
+std::vector<int64_t> conv_out_shape(const GpuConvVariant& v, const ConvShape& s) {
+  if (v.epilogue == Epilogue::TanhMaxPool2) return {s.B, s.M, s.Ho() / 2, s.Wo() / 2};
+  return {s.B, s.M, s.Ho(), s.Wo()};
+}
+
+const GpuConvVariant& checked_gpu_variant(const std::string& name, const ConvShape& s) {
+  const GpuConvVariant& v = find_gpu_conv_variant(name);
+  const std::string why = why_unsupported(v, s);
+  if (!why.empty()) throw std::invalid_argument(why);
+  return v;
+}
+
+void run_conv(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k, float* y) {
+  const size_t ny = size_t(product(conv_out_shape(v, s)));
+  DeviceBuffer<float> dk(size_t(s.k_size())), dy(ny);
+  dk.upload(k, size_t(s.k_size()));
+  // Poison the output (all-ones bytes = NaN) so an element the kernel forgets shows up in every test.
+  CUDA_CHECK(cudaMemset(dy.get(), 0xFF, ny * sizeof(float)));
+  if (v.x_on_host) {
+    PinnedBuffer<float> hx(size_t(s.x_size()));
+    std::memcpy(hx.get(), x, size_t(s.x_size()) * sizeof(float));
+    v.launch(hx.get(), dk.get(), dy.get(), s, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+  } else {
+    DeviceBuffer<float> dx(size_t(s.x_size()));
+    dx.upload(x, size_t(s.x_size()));
+    v.launch(dx.get(), dk.get(), dy.get(), s, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  dy.download(y, ny);
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+std::vector<float> time_conv(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k, int warmup,
+                             int reps, bool tanh_pool) {
+  if (!tanh_pool) {
+    ConvInputs in(v, s, x, k, size_t(product(conv_out_shape(v, s))));
+    return time_launches([&](cudaStream_t st) { v.launch(in.x, in.dk.get(), in.dy.get(), s, st); }, warmup, reps);
+  }
+  const bool fused = v.epilogue == Epilogue::TanhMaxPool2;
+  ConvInputs in(v, s, x, k, size_t(fused ? product(conv_out_shape(v, s)) : s.y_size()));
+  if (!fused) in.tmp.resize(size_t(s.B * s.M * (s.Ho() / 2) * (s.Wo() / 2)));
+  return time_launches(
+      [&](cudaStream_t st) {
+        v.launch(in.x, in.dk.get(), in.dy.get(), s, st);
+        if (!fused) {
+          activation_inplace(in.dy.get(), size_t(s.y_size()), Activation::Tanh, st);
+          pool2d(in.dy.get(), in.tmp.get(), s.B * s.M, int(s.Ho()), int(s.Wo()), 2, 2, true, st);
+        }
+      },
+      warmup, reps);
+}
+
+double time_autotune_config(int config, const ConvShape& s, const float* x, const float* k, int reps) {
+  DeviceBuffer<float> dx(size_t(s.x_size())), dk(size_t(s.k_size())), dy(size_t(s.y_size()));
+  dx.upload(x, size_t(s.x_size()));
+  dk.upload(k, size_t(s.k_size()));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return autotune_time_config(config, dx.get(), dk.get(), dy.get(), s, reps);
+}
+
+}  // namespace pyconv

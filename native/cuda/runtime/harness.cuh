@@ -1,0 +1,33 @@
+// Running and timing one registry variant from host arrays: what pyconv._gpu.conv, time_conv,
+// time_conv_tanh_pool and autotune_time_config do between their argument conversions. Every function needs a
+// GPU (require_gpu() is the caller's first step) and may be called without the GIL.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/conv_shape.hpp"
+#include "cuda/runtime/registry.cuh"
+
+namespace pyconv {
+
+// y's shape for this variant: [B][M][Ho][Wo], or [B][M][Ho/2][Wo/2] when its epilogue pools.
+std::vector<int64_t> conv_out_shape(const GpuConvVariant& v, const ConvShape& s);
+
+// The variant `name`, or std::invalid_argument: unknown name, or the variant's reason for refusing s.
+const GpuConvVariant& checked_gpu_variant(const std::string& name, const ConvShape& s);
+
+// y = the variant on host arrays x, k (y has conv_out_shape elements). The device output is poisoned with NaN
+// first, so an element the kernel forgets shows up in every test.
+void run_conv(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k, float* y);
+
+// Milliseconds of each of `reps` launches after `warmup` untimed ones, CUDA events around each launch. Inputs are
+// uploaded once (an x_on_host variant reads pinned host memory). tanh_pool: conv + tanh + max-pool 2/2 -- the
+// variant's own launch when its epilogue pools, else followed by the shared tanh and pooling kernels.
+std::vector<float> time_conv(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k, int warmup,
+                             int reps, bool tanh_pool);
+
+// Median milliseconds of one configuration of step 11's kernel family on host arrays x, k (uploaded once).
+double time_autotune_config(int config, const ConvShape& s, const float* x, const float* k, int reps);
+
+}  // namespace pyconv

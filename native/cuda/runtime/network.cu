@@ -1,0 +1,426 @@
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <utility>
+
+#include "cuda/runtime/network.cuh"
+
+namespace pyconv {
+namespace {
+
+std::string where(size_t i, const LayerDesc& d) { return "network layer " + std::to_string(i) + " (" + d.type + ")"; }
+
+int64_t shape_elems(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (int64_t v : s) n *= v;
+  return n;
+}
+
+}  // namespace
+
+GpuNetwork::Lane::Lane() { CUBLAS_CHECK(cublasSetStream(blas.get(), stream.get())); }
+
+GpuNetwork::GpuNetwork(std::vector<LayerDesc> descs, int64_t C, int64_t H, int64_t W, int device)
+    : device_(device), C_(C), H_(H), W_(W) {
+  if (C < 1 || H < 1 || W < 1) throw std::invalid_argument("network: input shape must be positive");
+  if (descs.empty()) throw std::invalid_argument("network: no layers");
+  // Validate the whole chain on the host first: nothing touches the GPU for a malformed model.
+  int64_t c = C, h = H, w = W;
+  bool flat = false;
+  std::vector<Layer> layers;
+  layers.reserve(descs.size());
+  for (size_t i = 0; i < descs.size(); ++i) {
+    const LayerDesc& d = descs[i];
+    Layer L;
+    L.in_c = c; L.in_h = h; L.in_w = w;
+    if (d.type == "conv") {
+      if (flat) throw std::invalid_argument(where(i, d) + ": a convolution needs a C x H x W input");
+      const auto& s = d.weight_shape;
+      if (s.size() != 4 || s[1] != c || s[2] != s[3] || s[0] != d.out_channels || s[2] != d.kernel || s[0] < 1 ||
+          s[2] < 1)
+        throw std::invalid_argument(where(i, d) + ": weight must be [" + std::to_string(d.out_channels) + "][" +
+                                    std::to_string(c) + "][" + std::to_string(d.kernel) + "][" +
+                                    std::to_string(d.kernel) + "]");
+      if (s[2] > h || s[2] > w) throw std::invalid_argument(where(i, d) + ": kernel larger than its input");
+      L.kind = Kind::Conv;
+      L.conv_index = int(conv_count_++);
+      L.kernel = s[2];
+      c = s[0]; h = h - s[2] + 1; w = w - s[2] + 1;
+    } else if (d.type == "tanh" || d.type == "relu" || d.type == "sigmoid") {
+      L.kind = Kind::Act;
+      L.act = activation_from_name(d.type);
+    } else if (d.type == "pool") {
+      if (flat) throw std::invalid_argument(where(i, d) + ": pooling needs a C x H x W input");
+      if ((d.mode != "max" && d.mode != "avg") || d.kernel < 1 || d.stride < 1 || d.kernel > h || d.kernel > w)
+        throw std::invalid_argument(where(i, d) + ": needs mode max|avg and 1 <= kernel <= input, stride >= 1");
+      L.kind = Kind::Pool;
+      L.kernel = d.kernel; L.stride = d.stride; L.max_mode = d.mode == "max";
+      h = (h - d.kernel) / d.stride + 1; w = (w - d.kernel) / d.stride + 1;
+    } else if (d.type == "flatten") {
+      L.kind = Kind::Flatten;
+      c = c * h * w; h = w = 1; flat = true;
+    } else if (d.type == "fc") {
+      if (!flat) throw std::invalid_argument(where(i, d) + ": a fully connected layer needs a flat input");
+      const auto& s = d.weight_shape;
+      if (s.size() != 2 || s[1] != c || s[0] != d.out_features || s[0] < 1 || int64_t(d.bias.size()) != s[0])
+        throw std::invalid_argument(where(i, d) + ": weight must be [" + std::to_string(d.out_features) + "][" +
+                                    std::to_string(c) + "] and bias [" + std::to_string(d.out_features) + "]");
+      L.kind = Kind::FC;
+      c = s[0];
+    } else if (d.type == "softmax") {
+      L.kind = Kind::Softmax;
+    } else {
+      throw std::invalid_argument(where(i, d) + ": unknown layer type");
+    }
+    if ((d.type == "conv" || d.type == "fc") && int64_t(d.weight.size()) != shape_elems(d.weight_shape))
+      throw std::invalid_argument(where(i, d) + ": weight data does not match its shape");
+    L.out_c = c; L.out_h = h; L.out_w = w;
+    layers.push_back(std::move(L));
+  }
+  if (!flat || h != 1 || w != 1) throw std::invalid_argument("network: must end in a flat class vector");
+  if (conv_count_ == 0) throw std::invalid_argument("network: has no convolution layer");
+
+  require_gpu();
+  CUDA_CHECK(cudaSetDevice(device_));
+  for (size_t i = 0; i < descs.size(); ++i) {
+    if (!descs[i].weight.empty()) layers[i].w.upload(descs[i].weight.data(), descs[i].weight.size());
+    if (!descs[i].bias.empty()) layers[i].b.upload(descs[i].bias.data(), descs[i].bias.size());
+  }
+  // The uploads ran on the legacy stream from pageable memory; the lanes are non-blocking streams that would not
+  // wait for them.
+  CUDA_CHECK(cudaDeviceSynchronize());
+  layers_ = std::move(layers);
+  note_peak();
+}
+
+GpuNetwork::~GpuNetwork() {
+  // The members free their memory after this body: make this network's GPU current for them.
+  cudaSetDevice(device_);
+}
+
+size_t GpuNetwork::bytes_held() const {
+  size_t n = 0;
+  for (const auto& L : layers_) n += L.w.bytes() + L.b.bytes();
+  for (const auto& L : lanes_) n += L->bytes();
+  return n;
+}
+
+void GpuNetwork::note_peak(size_t extra) { peak_bytes_ = std::max(peak_bytes_, bytes_held() + extra); }
+
+GpuNetwork::Plan GpuNetwork::make_plan(const std::vector<std::string>& impls) const {
+  if (impls.size() != conv_count_)
+    throw std::invalid_argument("network: " + std::to_string(conv_count_) + " conv layers but " +
+                                std::to_string(impls.size()) + " implementations given");
+  Plan plan;
+  plan.max_elems = layers_.front().in_elems();  // the float32 input (when it is widened on the device)
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& L = layers_[i];
+    Step st{&L};
+    if (L.kind == Kind::Conv) {
+      st.variant = &find_gpu_conv_variant(impls[size_t(L.conv_index)]);
+      if (i == 0 && st.variant->launch_u8) plan.u8_first = true;
+      if (st.variant->x_on_host) {
+        if (i != 0)
+          throw std::invalid_argument(std::string(st.variant->name) +
+                                      " reads its input from host memory: only the network's first layer can use it "
+                                      "(conv layer " + std::to_string(L.conv_index) + " is not)");
+        plan.host_input = true;
+      }
+      if (st.variant->epilogue == Epilogue::TanhMaxPool2) {
+        const bool fits = i + 2 < layers_.size() && layers_[i + 1].kind == Kind::Act &&
+                          layers_[i + 1].act == Activation::Tanh && layers_[i + 2].kind == Kind::Pool &&
+                          layers_[i + 2].max_mode && layers_[i + 2].kernel == 2 && layers_[i + 2].stride == 2;
+        if (!fits)
+          throw std::invalid_argument(std::string(st.variant->name) +
+                                      " fuses tanh + max-pool 2/2 into the conv, but conv layer " +
+                                      std::to_string(L.conv_index) + " is not followed by exactly those layers");
+        i += 2;  // the tanh and the pool are done by the variant
+      }
+    } else if (L.kind == Kind::FC) {
+      if (i + 1 < layers_.size() && layers_[i + 1].kind == Kind::Act) {
+        st.fc_act = layers_[i + 1].act;
+        ++i;
+      }
+    } else if (L.kind == Kind::Flatten || L.kind == Kind::Softmax) {
+      // Flatten: the buffer is already contiguous. Softmax: monotonic in each row, so it cannot change the argmax,
+      // the only thing that leaves the device.
+      continue;
+    }
+    // layers_[i] is the last layer this step covers: what it stores is that layer's output (a fused conv's
+    // un-pooled output never is).
+    plan.max_elems = std::max(plan.max_elems, layers_[i].out_elems());
+    plan.steps.push_back(st);
+  }
+  plan.classes = layers_.back().out_c;
+  return plan;
+}
+
+void GpuNetwork::ensure_lanes(size_t n) {
+  while (lanes_.size() < n) lanes_.push_back(std::make_unique<Lane>());
+}
+
+void GpuNetwork::size_lane(Lane& L, int64_t rows, bool u8_input, int64_t max_elems) {
+  L.a.resize(size_t(rows * max_elems));
+  L.b.resize(size_t(rows * max_elems));
+  L.labels.resize(size_t(rows));
+  if (u8_input) L.in_u8.resize(size_t(rows * C_ * H_ * W_));
+}
+
+void GpuNetwork::release_activations() noexcept {
+  for (auto& L : lanes_) {
+    L->a = DeviceBuffer<float>();
+    L->b = DeviceBuffer<float>();
+    L->in_u8 = DeviceBuffer<uint8_t>();
+    L->labels = DeviceBuffer<int32_t>();
+  }
+}
+
+const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing,
+                                  std::vector<double>& op_seconds, std::vector<Event>* events, const float* host_x,
+                                  const uint8_t* x_u8) {
+  const cudaStream_t st = L.stream.get();
+  float* cur = L.a.get();
+  float* other = L.b.get();
+  for (const Step& step : plan.steps) {
+    const Layer& ly = *step.layer;
+    switch (ly.kind) {
+      case Kind::Conv: {
+        const ConvShape s = make_conv_shape(rows, ly.in_c, ly.in_h, ly.in_w, ly.out_c, ly.in_c, ly.kernel, ly.kernel);
+        const std::string why = why_unsupported(*step.variant, s);
+        if (!why.empty()) throw std::invalid_argument(why);
+        const float* x = step.variant->x_on_host ? host_x : cur;
+        const int ci = ly.conv_index;
+        const bool u8 = x_u8 && &ly == &layers_.front();  // the raw images, widened inside the kernel
+        const auto launch = [&] {
+          if (u8)
+            step.variant->launch_u8(x_u8, ly.w.get(), other, s, st);
+          else
+            step.variant->launch(x, ly.w.get(), other, s, st);
+        };
+        if (timing == Timing::HostSync) {
+          // The course's Op Time: everything before is finished, the clock brackets this launch alone.
+          CUDA_CHECK(cudaDeviceSynchronize());
+          const auto t0 = std::chrono::steady_clock::now();
+          launch();
+          CUDA_CHECK(cudaDeviceSynchronize());
+          const auto t1 = std::chrono::steady_clock::now();
+          op_seconds[size_t(ci)] += std::chrono::duration<double>(t1 - t0).count();
+        } else if (timing == Timing::Events) {
+          (*events)[2 * size_t(ci)].record(st);
+          launch();
+          (*events)[2 * size_t(ci) + 1].record(st);
+        } else {
+          launch();
+        }
+        std::swap(cur, other);
+        break;
+      }
+      case Kind::Act:
+        activation_inplace(cur, size_t(rows * ly.in_elems()), ly.act, st);
+        break;
+      case Kind::Pool:
+        pool2d(cur, other, rows * ly.in_c, int(ly.in_h), int(ly.in_w), int(ly.kernel), int(ly.stride), ly.max_mode,
+               st);
+        std::swap(cur, other);
+        break;
+      case Kind::FC:
+        fully_connected(L.blas.get(), cur, ly.w.get(), ly.b.get(), other, rows, ly.in_c, ly.out_c, step.fc_act,
+                        fc_math_, st);
+        std::swap(cur, other);
+        break;
+      case Kind::Flatten:
+      case Kind::Softmax:
+        break;
+    }
+  }
+  argmax_rows(cur, L.labels.get(), rows, plan.classes, st);
+  return cur;
+}
+
+GpuNetwork::StagedInput GpuNetwork::stage_input(Lane& L, const Plan& plan, const uint8_t* images, InputType type,
+                                                int64_t rows, bool on_device, const float* host_x) {
+  if (plan.host_input) return {host_x, nullptr};
+  const cudaStream_t st = L.stream.get();
+  const size_t elems = size_t(rows * C_ * H_ * W_);
+  if (type == InputType::F32) {
+    CUDA_CHECK(cudaMemcpyAsync(L.a.get(), images, elems * sizeof(float),
+                               on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, st));
+    return {};
+  }
+  const uint8_t* u8 = images;
+  if (!on_device) {
+    CUDA_CHECK(cudaMemcpyAsync(L.in_u8.get(), images, elems, cudaMemcpyHostToDevice, st));
+    u8 = L.in_u8.get();
+  }
+  if (plan.u8_first) return {nullptr, u8};
+  u8_to_f32(u8, L.a.get(), elems, st);
+  return {};
+}
+
+const float* GpuNetwork::stage_host_input(const void* images, InputType type, int64_t rows) {
+  const size_t elems = size_t(rows * C_ * H_ * W_);
+  staging_f32_.resize(elems);
+  if (type == InputType::U8) {
+    const uint8_t* p = static_cast<const uint8_t*>(images);
+    std::transform(p, p + elems, staging_f32_.get(), [](uint8_t v) { return float(v); });
+  } else {
+    std::memcpy(staging_f32_.get(), images, elems * sizeof(float));
+  }
+  return staging_f32_.get();
+}
+
+namespace {
+// True when p is page-locked host memory (cudaHostAlloc'd or registered): copies from it can run asynchronously.
+bool is_pinned(const void* p) {
+  cudaPointerAttributes attr{};
+  const bool ok = cudaPointerGetAttributes(&attr, p) == cudaSuccess && attr.type == cudaMemoryTypeHost;
+  cudaGetLastError();  // pageable memory may report an error on older runtimes: not a failure
+  return ok;
+}
+}  // namespace
+
+void GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks,
+                          int streams, int32_t* labels_out, std::vector<double>& op_seconds) {
+  const int64_t in_elems = C_ * H_ * W_;
+  const size_t in_bytes = size_t(in_elems) * (type == InputType::U8 ? 1 : sizeof(float));
+  const int64_t want = std::min<int64_t>(chunks, rows);
+  const int64_t chunk_rows = (rows + want - 1) / want;
+  const int64_t nchunks = (rows + chunk_rows - 1) / chunk_rows;
+  const size_t nlanes = size_t(std::min<int64_t>(streams, nchunks));
+  const bool u8_on_device = type == InputType::U8 && !plan.host_input;
+
+  ensure_lanes(nlanes);
+  for (size_t l = 0; l < nlanes; ++l) size_lane(*lanes_[l], chunk_rows, u8_on_device, plan.max_elems);
+  note_peak();
+
+  // Host side of the pass: a host-input variant needs float32 pinned images; chunked copies need pinned memory to
+  // overlap with compute; one chunk copies straight from the caller's (pageable) array.
+  const uint8_t* src = images;
+  const float* host_x = nullptr;
+  if (plan.host_input) {
+    host_x = stage_host_input(images, type, rows);
+  } else if (nchunks > 1 && !is_pinned(images)) {
+    // Pageable images: each chunk is copied into pinned staging just before its upload is queued, so the host
+    // copy of chunk i+1 overlaps the GPU's work on chunk i. Images already in pinned memory are read in place
+    // (measured on an H200: a whole-batch host copy first cost ~3 ms of the sp19 model's ~5 ms).
+    staging_.resize(size_t(rows) * in_bytes);
+    src = staging_.get();
+  }
+  int32_t* labels_dst = labels_out;
+  if (nchunks > 1) {
+    labels_host_.resize(size_t(rows));
+    labels_dst = labels_host_.get();
+  }
+
+  const Timing timing = nchunks == 1 ? Timing::HostSync : Timing::Events;
+  std::vector<std::vector<Event>> events(timing == Timing::Events ? size_t(nchunks) : 0);
+  for (auto& ev : events) ev.resize(2 * conv_count_);
+
+  for (int64_t c = 0; c < nchunks; ++c) {
+    Lane& L = *lanes_[size_t(c) % nlanes];
+    const cudaStream_t st = L.stream.get();
+    const int64_t r0 = c * chunk_rows, rc = std::min(chunk_rows, rows - r0);
+    if (!plan.host_input && src != images)
+      std::memcpy(staging_.get() + size_t(r0) * in_bytes, images + size_t(r0) * in_bytes, size_t(rc) * in_bytes);
+    const StagedInput in = stage_input(L, plan, src + size_t(r0) * in_bytes, type, rc, false,
+                                       host_x ? host_x + r0 * in_elems : nullptr);
+    run_lane(L, rc, plan, timing, op_seconds, events.empty() ? nullptr : &events[size_t(c)], in.host_x, in.x_u8);
+    CUDA_CHECK(cudaMemcpyAsync(labels_dst + r0, L.labels.get(), size_t(rc) * sizeof(int32_t),
+                               cudaMemcpyDeviceToHost, st));
+  }
+  for (size_t l = 0; l < nlanes; ++l) CUDA_CHECK(cudaStreamSynchronize(lanes_[l]->stream.get()));
+  for (auto& ev : events)
+    for (size_t ci = 0; ci < conv_count_; ++ci) op_seconds[ci] += double(ev[2 * ci + 1].since(ev[2 * ci])) / 1e3;
+  if (labels_dst != labels_out) std::memcpy(labels_out, labels_dst, size_t(rows) * sizeof(int32_t));
+}
+
+ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n,
+                                  const std::vector<std::string>& impls, int chunks, int streams) {
+  if (n < 1) throw std::invalid_argument("forward: need at least one image");
+  if (chunks < 1 || streams < 1) throw std::invalid_argument("forward: chunks and streams must be >= 1");
+  CUDA_CHECK(cudaSetDevice(device_));
+  const Plan plan = make_plan(impls);
+  const size_t in_bytes = size_t(C_ * H_ * W_) * (type == InputType::U8 ? 1 : sizeof(float));
+  const uint8_t* img = static_cast<const uint8_t*>(images);
+
+  ForwardResult r;
+  r.labels.resize(size_t(n));
+  r.op_seconds.assign(conv_count_, 0.0);
+  int64_t pass_rows = n, done = 0;
+  while (done < n) {
+    const int64_t rows = std::min(pass_rows, n - done);
+    std::vector<double> pass_seconds(conv_count_, 0.0);  // kept only if the pass completes
+    try {
+      run_pass(img + size_t(done) * in_bytes, type, rows, plan, chunks, streams, r.labels.data() + done,
+               pass_seconds);
+    } catch (const CudaError& e) {
+      if (e.code != cudaErrorMemoryAllocation) throw;
+      // Let queued work finish before its buffers go, then retry this part of the batch in halves.
+      for (auto& L : lanes_) cudaStreamSynchronize(L->stream.get());
+      release_activations();
+      if (rows == 1) throw;
+      pass_rows = (rows + 1) / 2;
+      continue;
+    }
+    for (size_t i = 0; i < conv_count_; ++i) r.op_seconds[i] += pass_seconds[i];
+    done += rows;
+    ++r.passes;
+    r.rows_per_pass = std::max(r.rows_per_pass, rows);
+  }
+  r.peak_bytes = peak_bytes_;
+  return r;
+}
+
+std::vector<float> GpuNetwork::forward_resident(const void* images, InputType type, int64_t n,
+                                                const std::vector<std::string>& impls, int warmup, int reps) {
+  if (n < 1 || warmup < 0 || reps < 1) throw std::invalid_argument("forward_resident: need n >= 1, reps >= 1");
+  CUDA_CHECK(cudaSetDevice(device_));
+  const Plan plan = make_plan(impls);
+  if (plan.host_input)
+    throw std::invalid_argument("forward_resident keeps the images on the device; the first conv's variant reads "
+                                "them from host memory");
+  const int64_t in_elems = C_ * H_ * W_;
+  const size_t in_bytes = size_t(in_elems) * (type == InputType::U8 ? 1 : sizeof(float));
+  ensure_lanes(1);
+  Lane& L = *lanes_[0];
+  size_lane(L, n, false, plan.max_elems);
+  DeviceBuffer<uint8_t> resident(size_t(n) * in_bytes);
+  note_peak(resident.bytes());
+  const cudaStream_t st = L.stream.get();
+  CUDA_CHECK(cudaMemcpyAsync(resident.get(), images, size_t(n) * in_bytes, cudaMemcpyHostToDevice, st));
+  std::vector<double> unused(conv_count_, 0.0);
+  Event start, stop;
+  std::vector<float> ms;
+  for (int i = 0; i < warmup + reps; ++i) {
+    start.record(st);
+    const StagedInput in = stage_input(L, plan, resident.get(), type, n, true, nullptr);
+    run_lane(L, n, plan, Timing::None, unused, nullptr, in.host_x, in.x_u8);
+    stop.record(st);
+    const float t = stop.since(start);
+    if (i >= warmup) ms.push_back(t);
+  }
+  return ms;
+}
+
+std::vector<float> GpuNetwork::logits(const void* images, InputType type, int64_t n,
+                                     const std::vector<std::string>& impls) {
+  if (n < 1) throw std::invalid_argument("logits: need at least one image");
+  CUDA_CHECK(cudaSetDevice(device_));
+  const Plan plan = make_plan(impls);
+  ensure_lanes(1);
+  Lane& L = *lanes_[0];
+  size_lane(L, n, type == InputType::U8, plan.max_elems);
+  note_peak();
+  const cudaStream_t st = L.stream.get();
+  const float* host_x = plan.host_input ? stage_host_input(images, type, n) : nullptr;
+  const StagedInput in = stage_input(L, plan, static_cast<const uint8_t*>(images), type, n, false, host_x);
+  std::vector<double> unused(conv_count_, 0.0);
+  const float* last = run_lane(L, n, plan, Timing::None, unused, nullptr, in.host_x, in.x_u8);
+  std::vector<float> out(size_t(n * plan.classes));
+  CUDA_CHECK(cudaMemcpyAsync(out.data(), last, out.size() * sizeof(float), cudaMemcpyDeviceToHost, st));
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  return out;
+}
+
+}  // namespace pyconv

@@ -1,0 +1,163 @@
+// The whole network on one GPU: weights uploaded once, a batch goes to the device once (as uint8 when the
+// images are uint8), only the predicted labels come back.
+//
+// forward(images, impls, chunks, streams):
+//   - impls names one registry variant per conv layer. A variant with the TanhMaxPool2 epilogue replaces its
+//     conv + the following tanh + max-pool 2/2 (refused when the next layers are not exactly those). A variant
+//     with x_on_host reads the images from pinned host memory itself; only the network's first layer may.
+//   - chunks = 1 (the course's measurement): the batch is one launch per layer, and each conv's op time is
+//     cudaDeviceSynchronize, host steady_clock, the conv launch, cudaDeviceSynchronize, host clock. For a fused
+//     variant the op time covers conv + tanh + pool.
+//   - chunks > 1: the batch is split into `chunks` parts queued round-robin on `streams` streams, each part's
+//     images copied from pinned memory while another part computes. No device-wide synchronisation then
+//     (it would serialise the streams): each conv's op time is the sum over parts of CUDA-event time around
+//     that part's conv launch, which may include time shared with the other streams' work.
+//   - uint8 images: when the first layer's variant reads uint8 itself (launch_u8), it gets the raw images;
+//     otherwise one kernel widens them to float32 first.
+//   - The fully connected layers run in FP32 (cublasSgemm) unless set_fc_math(FcMath::TF32) (see layers.cuh).
+//   - Out of device memory: when the buffers for a pass (or anything a variant allocates) do not fit, the
+//     activation buffers are freed and the pass retried on half as many images, down to one image; the
+//     result says how many passes ran. Only then does the failure reach the caller (CudaError), and the
+//     object stays usable.
+// Buffers grow only and are reused by later calls; the weights are uploaded once in the constructor. Every
+// public method first makes the network's own GPU current, so one GpuNetwork per GPU can live in a process.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/runtime/registry.cuh"
+#include "cuda/runtime/device_buffer.cuh"
+#include "cuda/runtime/layers.cuh"
+
+namespace pyconv {
+
+// One layer as described by the model file (pyconv.model.Layer.spec()) plus its host weights.
+struct LayerDesc {
+  std::string type;  // conv | tanh | relu | sigmoid | pool | flatten | fc | softmax
+  int64_t out_channels = 0, kernel = 0, stride = 0, out_features = 0;
+  std::string mode;  // pool: max | avg
+  std::vector<int64_t> weight_shape;
+  std::vector<float> weight, bias;
+};
+
+enum class InputType { U8, F32 };
+
+struct ForwardResult {
+  std::vector<int32_t> labels;
+  std::vector<double> op_seconds;  // one per conv layer
+  size_t peak_bytes = 0;           // device bytes held by this network's buffers (weights included), at most
+  int passes = 0;                  // > 1 when the batch was split because it did not fit
+  int64_t rows_per_pass = 0;
+};
+
+class GpuNetwork {
+ public:
+  GpuNetwork(std::vector<LayerDesc> layers, int64_t C, int64_t H, int64_t W, int device);
+  ~GpuNetwork();
+  GpuNetwork(const GpuNetwork&) = delete;
+  GpuNetwork& operator=(const GpuNetwork&) = delete;
+
+  ForwardResult forward(const void* images, InputType type, int64_t n, const std::vector<std::string>& impls,
+                        int chunks = 1, int streams = 2);
+  // The images stay on the device; each rep times the whole network (conversion, every layer, argmax) by
+  // CUDA events on one stream. Returns milliseconds per rep.
+  std::vector<float> forward_resident(const void* images, InputType type, int64_t n,
+                                      const std::vector<std::string>& impls, int warmup, int reps);
+
+  // The network's final activations out[n][classes] (one chunk, softmax skipped like in forward): the test hook
+  // that checks every layer kernel against the numpy reference through small networks.
+  std::vector<float> logits(const void* images, InputType type, int64_t n, const std::vector<std::string>& impls);
+
+  void set_fc_math(FcMath m) { fc_math_ = m; }
+  FcMath fc_math() const { return fc_math_; }
+  size_t conv_count() const { return conv_count_; }
+  int64_t classes() const { return layers_.back().out_c; }
+  size_t peak_bytes() const { return peak_bytes_; }
+  size_t bytes_held() const;
+  int device() const { return device_; }
+
+ private:
+  enum class Kind { Conv, Act, Pool, Flatten, FC, Softmax };
+  struct Layer {
+    Kind kind;
+    Activation act = Activation::None;
+    int64_t in_c = 0, in_h = 1, in_w = 1, out_c = 0, out_h = 1, out_w = 1;  // per image (flat: c = features)
+    int64_t kernel = 0, stride = 0;
+    bool max_mode = true;
+    int conv_index = -1;
+    DeviceBuffer<float> w, b;
+    int64_t in_elems() const { return in_c * in_h * in_w; }
+    int64_t out_elems() const { return out_c * out_h * out_w; }
+  };
+  struct Step {
+    const Layer* layer;
+    const GpuConvVariant* variant = nullptr;  // conv only
+    Activation fc_act = Activation::None;     // FC fused with the activation after it
+  };
+  struct Plan {
+    std::vector<Step> steps;
+    bool host_input = false;  // the first conv's variant reads x from pinned host memory
+    bool u8_first = false;    // the first layer is a conv whose variant can read the uint8 images itself
+    int64_t max_elems = 0;    // largest activation of one image that this plan stores (a fused conv's un-pooled
+                              // output is not one: for sp19 5184 floats instead of 11616)
+    int64_t classes = 0;
+  };
+  // One stream with its own cuBLAS handle and buffers (ping-pong activations, the uint8 input, the labels).
+  struct Lane {
+    Stream stream;
+    CublasHandle blas;
+    DeviceBuffer<uint8_t> in_u8;
+    DeviceBuffer<float> a, b;
+    DeviceBuffer<int32_t> labels;
+    Lane();
+    size_t bytes() const { return in_u8.bytes() + a.bytes() + b.bytes() + labels.bytes(); }
+  };
+  enum class Timing { None, HostSync, Events };
+
+  Plan make_plan(const std::vector<std::string>& impls) const;
+  void ensure_lanes(size_t n);
+  // Buffers grow only: a and b hold rows * max_elems floats (the plan's largest stored activation per image).
+  void size_lane(Lane& L, int64_t rows, bool u8_input, int64_t max_elems);
+  void release_activations() noexcept;
+  void note_peak(size_t extra = 0);
+  // Queues every step for `rows` images whose float input is in L.a (or host_x for a host-input variant, or
+  // x_u8 -- raw uint8 images on the device -- when plan.u8_first and the caller skipped the widening); the labels
+  // end in L.labels and the returned pointer holds the last activations. events: 2 per conv (start, stop) when
+  // timing == Events.
+  const float* run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing, std::vector<double>& op_seconds,
+                        std::vector<Event>* events, const float* host_x, const uint8_t* x_u8);
+  void run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks, int streams,
+                int32_t* labels_out, std::vector<double>& op_seconds);
+  // Where a lane's first layer finds its images (run_lane's host_x and x_u8).
+  struct StagedInput {
+    const float* host_x = nullptr;  // a host-input variant's float32 images in pinned memory
+    const uint8_t* x_u8 = nullptr;  // raw uint8 images on the device, for a first conv that widens them itself
+  };
+  // The one place images enter a lane: `rows` images of `type` at `images` -- host memory, or device memory when
+  // on_device -- are put where the plan's first layer reads them, queued on the lane's stream:
+  //   - plan.host_input: nothing is queued, host_x (from stage_host_input) is what the first conv reads;
+  //   - uint8: copied into L.in_u8 (unless on the device already), then widened into L.a unless the first conv
+  //     reads uint8 itself;
+  //   - float32: copied into L.a.
+  StagedInput stage_input(Lane& L, const Plan& plan, const uint8_t* images, InputType type, int64_t rows,
+                          bool on_device, const float* host_x);
+  // A host-input variant's images: `rows` images as float32 in pinned memory (staging_f32_).
+  const float* stage_host_input(const void* images, InputType type, int64_t rows);
+
+  int device_;
+  int64_t C_, H_, W_;
+  std::vector<Layer> layers_;
+  size_t conv_count_ = 0;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  PinnedBuffer<uint8_t> staging_;    // the pass's images, for chunked copies
+  PinnedBuffer<float> staging_f32_;  // the pass's images as float, for a host-input variant
+  PinnedBuffer<int32_t> labels_host_;
+  size_t peak_bytes_ = 0;
+  FcMath fc_math_ = FcMath::FP32;
+};
+
+}  // namespace pyconv

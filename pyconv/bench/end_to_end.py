@@ -1,0 +1,150 @@
+"""The whole network end to end: the final milestone's plan on the GPU engine and PyTorch + cuDNN on the same
+model and images (resident, pinned, pageable); Correctness; peak device memory; the labels that differ from
+PyTorch's float32 network, which is the precision verdict final reads (pyconv.evidence)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import evidence, native, variants
+from ..core import data
+from ..core.data import accuracy
+from ..core.model import Model, load_model
+from ..engines import gpu
+from ..plan import Plan, conv_sites, plan
+from .timing import batch_stats, host_timed, time_cuda_events
+
+# The pipeline shapes the end-to-end bench sweeps (the final plan's chunks and streams were chosen from it).
+PIPELINE_CHUNKS = (1, 2, 4, 8, 16)
+PIPELINE_STREAMS = (2, 4)
+
+
+def final_plan(model: Model, batch: int, precision: str) -> Plan:
+    """The final milestone's plan for `model` on this GPU, its precision forced ('reduced' or 'fp32')."""
+    ev = evidence.for_gpu(native.gpu().device_info()["name"])
+    return plan("final", conv_sites(model, batch), variants.gpu_variants(), ev, model_digest=model.digest(),
+                precision=precision)
+
+
+def _measure_ours(model: Model, p: Plan, x: np.ndarray, xp: np.ndarray | None, labels: np.ndarray, warmup: int,
+                  reps: int, sweep: bool) -> tuple[dict, np.ndarray]:
+    """One plan on the GPU engine: resident, pageable and (xp: the batch in pinned memory) pinned times,
+    Correctness, peak device memory, optionally the pipeline sweep; and its predicted labels."""
+    batch = len(x)
+    impls, chunks, streams = p.impls, p.chunks, p.streams
+    engine = gpu.engine_for(p, model)
+    net = engine.net
+    ours: dict = {}
+    try:
+        ours["resident_ms"] = batch_stats(net.forward_resident(x, impls, warmup, reps), batch)
+    except ValueError as e:
+        ours["resident_ms"] = {"error": str(e)}
+    # From host memory the batch streams through in chunks on several streams, as the final milestone runs it.
+    times, r = host_timed(lambda: net.forward(x, impls, chunks, streams), warmup, reps)
+    ours["pageable_ms"] = batch_stats(times, batch)
+    ours["correctness"] = accuracy(r["labels"], labels)
+    ours["passes"] = int(r["passes"])
+    predicted = np.asarray(r["labels"])
+    if xp is not None:
+        times, r = host_timed(lambda: net.forward(xp, impls, chunks, streams), warmup, reps)
+        ours["pinned_ms"] = batch_stats(times, batch)
+        ours["pinned_correctness"] = accuracy(r["labels"], labels)
+        ours["peak_device_bytes"] = int(net.peak_bytes)  # before the sweep's other pipeline shapes grow buffers
+        if sweep:
+            # How the pipeline's shape matters: the pinned time for other chunk and stream counts (the final
+            # plan's chunks and streams, pyconv.plan.pipeline, were chosen from this sweep).
+            rows = []
+            for n_streams in PIPELINE_STREAMS:
+                for n_chunks in PIPELINE_CHUNKS:
+                    if n_chunks <= batch:
+                        times, _ = host_timed(lambda c=n_chunks, st=n_streams: net.forward(xp, impls, c, st),
+                                              warmup, reps)
+                        rows.append({"chunks": n_chunks, "streams": n_streams, "pinned_ms": batch_stats(times, batch)})
+            ours["pipeline"] = rows
+    else:
+        ours["pinned_ms"] = {"error": "needs PyTorch to allocate pinned host memory"}
+    ours.setdefault("peak_device_bytes", int(net.peak_bytes))
+    del engine
+    return ours, predicted
+
+
+def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=None, gpus: int = 1) -> dict:
+    """The final milestone's configuration of the GPU engine and PyTorch + cuDNN on one model: resident, pinned,
+    pageable; Correctness; peak device memory; the labels that differ from PyTorch's float32 network.
+
+    The reduced-precision candidate (TF32 where it is fastest) is measured first; when a label differs from
+    PyTorch's, the float32 configuration is measured too and is what final runs ("pyconv"; the rejected candidate
+    stays in "pyconv_reduced"). The entry records the verdict for these weights (model_digest,
+    reduced_precision_ok), which final reads through the evidence file (pyconv.evidence). Without PyTorch nothing
+    can be verified: the float32 configuration is measured and no verdict is recorded."""
+    model = load_model(model_name)
+    x, labels = data.load_test(model.input_size, batch)
+    x = np.ascontiguousarray(x)
+    batch = len(x)
+    cfg = final_plan(model, batch, "fp32" if torch is None else "reduced")
+    entry: dict = {"model": model.name, "arch": model.arch, "batch": batch, "model_digest": model.digest(),
+                   "input": "uint8 test images (as the milestones feed them)",
+                   "chunks": cfg.chunks, "streams": cfg.streams}
+    xp = torch.from_numpy(x).pin_memory().numpy() if torch is not None else None  # page-locked: a direct DMA
+    ours, predicted = _measure_ours(model, cfg, x, xp, labels, warmup, reps, sweep=True)
+    if torch is not None:
+        entry["pytorch"], torch_labels = _torch_end_to_end(torch, model, x, labels, warmup, reps)
+        torch.cuda.empty_cache()
+        ours["differ_vs_pytorch"] = int(np.count_nonzero(predicted != torch_labels))
+        entry["reduced_precision_ok"] = ours["differ_vs_pytorch"] == 0
+        if not entry["reduced_precision_ok"]:
+            entry["pyconv_reduced"] = dict(ours, impls=cfg.impls, fc_math=cfg.fc_math)
+            cfg = final_plan(model, batch, "fp32")
+            ours, predicted = _measure_ours(model, cfg, x, xp, labels, warmup, reps, sweep=False)
+            ours["differ_vs_pytorch"] = int(np.count_nonzero(predicted != torch_labels))
+    else:
+        entry["pytorch"] = {"error": "PyTorch with CUDA is not installed: no baseline"}
+    entry["impls"], entry["fc_math"] = cfg.impls, cfg.fc_math
+    entry["pyconv"] = ours
+    if "median" in entry["pytorch"].get("resident_ms", {}):
+        for mode in ("resident_ms", "pinned_ms", "pageable_ms"):
+            if "median" in entry["pytorch"].get(mode, {}) and "median" in ours.get(mode, {}):
+                entry.setdefault("x_pytorch", {})[mode] = entry["pytorch"][mode]["median"] / ours[mode]["median"]
+    if gpus > 1 and xp is not None:
+        # Scaling: the same batch from pinned memory split over 1..gpus GPUs (one network and stream set each).
+        scaling = []
+        for n in range(1, gpus + 1):
+            multi = gpu.MultiGpuEngine(model, n, cfg.fc_math)
+            times, r = host_timed(lambda m=multi: gpu.run_plan(cfg, m, xp), warmup, reps)
+            scaling.append({"gpus": n, "pinned_ms": batch_stats(times, batch),
+                            "correctness": accuracy(r.labels, labels)})
+            del multi
+        base = scaling[0]["pinned_ms"]["median"]
+        for row in scaling:
+            row["speedup"] = base / row["pinned_ms"]["median"]
+        entry["multi_gpu"] = scaling
+    return entry
+
+
+def _torch_end_to_end(torch, model: Model, x: np.ndarray, labels: np.ndarray, warmup: int,
+                      reps: int) -> tuple[dict, np.ndarray]:
+    """PyTorch + cuDNN (float32, TF32 off) timings, and its predicted labels."""
+    from ..engines.framework import build_net
+
+    net = build_net(model).eval().cuda()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    out: dict = {"source": f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
+                           "cudnn.benchmark on, TF32 off"}
+    with torch.inference_mode():
+        xd = torch.from_numpy(x).cuda()
+        out["resident_ms"] = batch_stats(time_cuda_events(torch, lambda: net(xd.float()).argmax(dim=1), warmup, reps),
+                                     len(x))
+        pinned = torch.from_numpy(x).pin_memory()
+        pageable = torch.from_numpy(x)
+
+        def run(host):
+            return net(host.to("cuda").float()).argmax(dim=1).cpu()  # .cpu() waits for the device
+
+        times, pred = host_timed(lambda: run(pinned), warmup, reps)
+        out["pinned_ms"] = batch_stats(times, len(x))
+        times, pred = host_timed(lambda: run(pageable), warmup, reps)
+        out["pageable_ms"] = batch_stats(times, len(x))
+        out["correctness"] = accuracy(pred.numpy(), labels)
+    out["peak_device_bytes"] = int(torch.cuda.max_memory_allocated())
+    return out, pred.numpy()

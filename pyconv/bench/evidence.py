@@ -1,0 +1,103 @@
+"""The evidence file of a GPU (pyconv.evidence) from bench results: `invoke bench` merges each run it writes
+into the evidence folder beside the JSON (results/evidence/ for the default destination), and `invoke evidence`
+rebuilds the files from every bench JSON in a folder (oldest first, so the newest measurement of a shape wins)."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from ..core import paths
+from ..evidence import Evidence, LayerEvidence, Timing, Verdict, path_for, save
+from ..evidence import load as load_evidence
+from . import schema
+from .schema import BenchResult, LayerResult
+
+
+def ranking(layer: LayerResult, date: str, source: str) -> tuple[Timing, ...]:
+    """The variants whose check passed on this layer, fastest first, each by what the network would pay: where
+    tanh + max-pool 2/2 follow, a fusing variant's launch against any other's conv + the shared tanh and pool
+    kernels. Variants that read x from host memory are left out: in the network, activations stay on the device."""
+    out = []
+    for v in layer.variants:
+        if not v.passed or v.x_on_host or (v.pools and not layer.tanh_pool_follows):
+            continue
+        ms = v.ms if v.pools or not layer.tanh_pool_follows else v.tanh_pool_ms
+        if ms is None or ms.median is None:
+            continue
+        out.append(Timing(v.variant, float(ms.median), date, source))
+    return tuple(sorted(out, key=lambda t: t.ms))  # stable: a tie keeps ladder order
+
+
+def fallback_order(layers) -> tuple[str, ...]:
+    """Every ranked variant by the geometric mean, over the shapes it was measured on, of its time over the
+    fastest time of that shape."""
+    logs: dict[str, list[float]] = {}
+    for e in layers:
+        if not e.ranking:
+            continue
+        best = e.ranking[0].ms
+        for t in e.ranking:
+            logs.setdefault(t.variant, []).append(math.log(t.ms / best))
+    return tuple(sorted(logs, key=lambda n: sum(logs[n]) / len(logs[n])))
+
+
+def merge(ev: Evidence | None, result: BenchResult, source: str) -> Evidence | None:
+    """`ev` with this run's measurements: a shape's ranking replaced by a newer run that measured every variant,
+    or updated variant by variant by a run limited with --variants; a model's precision verdict replaced by a newer
+    one. None when the run has no GPU."""
+    if result.gpu is None:
+        return ev
+    if ev is None:
+        ev = Evidence(gpu=result.gpu.name)
+    layers = dict(ev.layers)
+    subset = result.settings.variants
+    for layer in result.layers:
+        new = ranking(layer, result.date, source)
+        old = layers.get(layer.key)
+        if old is not None and max((t.date for t in old.ranking), default="") > result.date:
+            continue  # this shape was measured again since
+        if old is not None and subset is not None:
+            new = tuple(sorted([*(t for t in old.ranking if t.variant not in subset), *new], key=lambda t: t.ms))
+        layers[layer.key] = LayerEvidence(layer.C, layer.H, layer.W, layer.M, layer.K, layer.tanh_pool_follows,
+                                          layer.B, new)
+    verdicts = dict(ev.verdicts)
+    for e in result.end_to_end:
+        if e.model_digest is None or e.reduced_precision_ok is None:
+            continue
+        old = verdicts.get(e.model_digest)
+        if old is None or result.date >= old.date:
+            # the candidate's count: where it moved labels, "pyconv" holds the float32 configuration run after it
+            candidate = e.pyconv_reduced or e.pyconv
+            verdicts[e.model_digest] = Verdict(e.model, e.model_digest, bool(e.reduced_precision_ok), result.date,
+                                               source, candidate.differ_vs_pytorch)
+    return Evidence(gpu=ev.gpu, layers=layers, verdicts=verdicts, fallback_order=fallback_order(layers.values()),
+                    path=ev.path)
+
+
+def update_beside(result: BenchResult, json_path: str | os.PathLike) -> Path | None:
+    """Merge a run just written to json_path into <its folder>/evidence/<gpu-slug>.json; the file's path, or None
+    when the run measured nothing final chooses from (no GPU, or neither layers nor end-to-end verdicts)."""
+    if result.gpu is None or not (result.layers or any(e.reduced_precision_ok is not None
+                                                        for e in result.end_to_end)):
+        return None
+    json_path = Path(json_path)
+    dest = path_for(result.gpu.name, json_path.parent / "evidence")
+    old = load_evidence(dest) if dest.exists() else None
+    return save(merge(old, result, json_path.name), dest)
+
+
+def rebuild(folder: str | os.PathLike | None = None) -> list[Path]:
+    """Every GPU's evidence file from the bench JSON files of `folder` (default results/), oldest run first;
+    returns the files written."""
+    folder = Path(folder or paths.RESULTS)
+    runs = []
+    for p in sorted(folder.glob("bench-*.json")):
+        r = schema.load(p)
+        if r.gpu is not None:
+            runs.append((r.date, p.name, r))
+    by_gpu: dict[str, Evidence | None] = {}
+    for _, name, r in sorted(runs, key=lambda x: (x[0], x[1])):
+        by_gpu[r.gpu.name] = merge(by_gpu.get(r.gpu.name), r, name)
+    return [save(ev, path_for(gpu, folder / "evidence")) for gpu, ev in sorted(by_gpu.items()) if ev is not None]

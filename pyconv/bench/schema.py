@@ -1,0 +1,346 @@
+"""The bench's JSON (format "pyconv-bench", version 1) as typed records: what `invoke bench` writes and what the
+report and the evidence file read. `BenchResult.from_dict` reads a file's dict (files written before a field
+existed load with that field None or empty); the bench checks every result it writes against it.
+
+The layout (every time in milliseconds unless the key says seconds):
+  BenchResult: format, version, parts, date, commit, host_cpu, gpu, driver, cuda_driver_api, cuda_runtime, torch,
+               settings, roofline, layers [LayerResult], cpu [CpuRow], end_to_end [EndToEnd], goals [Goal],
+               host_load
+  LayerResult: the conv layer (model, arch, layer, B C H W M K, tanh_pool_follows), its flops, bytes and roofline
+               floor, one VariantRow per variant, cuDNN's times, the best variants
+  EndToEnd:    one model through the whole network: pyconv's final configuration (Measured), PyTorch's, the
+               precision verdict (model_digest, reduced_precision_ok) and the multi-GPU scaling"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import PyconvError
+
+FORMAT = "pyconv-bench"
+VERSION = 1
+
+
+def _conv(fn: Callable[[Any], Any]):
+    return {"conv": fn}
+
+
+def _list_of(cls):
+    return lambda items: [cls.from_dict(x) for x in items]
+
+
+class Record:
+    """from_dict for a dataclass: each field from the key of its name; a field whose metadata has `conv` is built
+    by it (a nested record); keys the record does not name are ignored."""
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        if not isinstance(d, dict):
+            raise PyconvError(f"{cls.__name__}: expected an object, got {type(d).__name__}")
+        kw = {}
+        for f in fields(cls):
+            if f.name not in d:
+                if f.default is MISSING and f.default_factory is MISSING:
+                    raise PyconvError(f"{cls.__name__}: no '{f.name}'")
+                continue
+            v = d[f.name]
+            conv = f.metadata.get("conv")
+            kw[f.name] = conv(v) if conv is not None and v is not None else v
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class Stats(Record):
+    """A timing summary, or the error that prevented it."""
+
+    median: float | None = None
+    min: float | None = None
+    p90: float | None = None
+    reps: int | None = None
+    images_per_s: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Check(Record):
+    passed: bool
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    rtol: float | None = None
+    atol: float | None = None
+    why: str | None = None
+    images_checked: int | None = None
+    where: list | None = None  # the index of the worst element (files before it was recorded: None)
+
+
+@dataclass(frozen=True)
+class VariantRow(Record):
+    variant: str
+    step: int | None = None
+    summary: str = ""
+    epilogue: str = "none"
+    x_on_host: bool = False
+    check: Check | None = field(default=None, metadata=_conv(Check.from_dict))
+    ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
+    tanh_pool_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
+    gflops: float | None = None
+    gbps: float | None = None
+    pct_roofline: float | None = None
+    tanh_pool_pct_roofline: float | None = None
+    x_cudnn: float | None = None
+    tanh_pool_x_cudnn: float | None = None
+    skipped: str | None = None
+    error: str | None = None
+
+    @property
+    def pools(self) -> bool:
+        return self.epilogue == "tanh-maxpool2"
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.check and self.check.passed)
+
+
+@dataclass(frozen=True)
+class Best(Record):
+    variant: str
+    ms: float
+    tanh_pool: bool = False
+    x_cudnn: float | None = None
+
+
+@dataclass(frozen=True)
+class Cudnn(Record):
+    source: str = ""
+    conv_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
+    conv_tanh_pool_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class LayerResult(Record):
+    model: str
+    layer: str
+    B: int
+    C: int
+    H: int
+    W: int
+    M: int
+    K: int
+    arch: str = ""
+    tanh_pool_follows: bool = False
+    flops: int = 0
+    bytes: int = 0
+    floor_ms: float = 0.0
+    bytes_pooled: int | None = None
+    floor_tanh_pool_ms: float | None = None
+    variants: list[VariantRow] = field(default_factory=list, metadata=_conv(_list_of(VariantRow)))
+    cudnn: Cudnn = field(default_factory=Cudnn, metadata=_conv(Cudnn.from_dict))
+    best_conv: Best | None = field(default=None, metadata=_conv(Best.from_dict))
+    best_conv_tanh_pool: Best | None = field(default=None, metadata=_conv(Best.from_dict))
+    best: Best | None = field(default=None, metadata=_conv(Best.from_dict))
+
+    @property
+    def key(self) -> tuple[int, int, int, int, int, bool]:
+        return self.C, self.H, self.W, self.M, self.K, self.tanh_pool_follows
+
+    @property
+    def shape_key(self) -> tuple[int, int, int, int, int]:
+        return self.C, self.H, self.W, self.M, self.K
+
+
+@dataclass(frozen=True)
+class CpuRow(Record):
+    model: str
+    layer: str
+    C: int
+    H: int
+    W: int
+    M: int
+    K: int
+    B: int
+    variant: str
+    threads: int = 1
+    flops: int = 0
+    check: Check | None = field(default=None, metadata=_conv(Check.from_dict))
+    skipped: str | None = None
+    s: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
+    gflops: float | None = None
+    x_torch: float | None = None
+
+
+@dataclass(frozen=True)
+class PipelineRow(Record):
+    chunks: int
+    streams: int
+    pinned_ms: Stats = field(metadata=_conv(Stats.from_dict))
+
+
+@dataclass(frozen=True)
+class Measured(Record):
+    """One configuration of the project's GPU engine on a whole network."""
+
+    resident_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
+    pinned_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
+    pageable_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
+    correctness: float | None = None
+    pinned_correctness: float | None = None
+    passes: int | None = None
+    peak_device_bytes: int | None = None
+    pipeline: list[PipelineRow] = field(default_factory=list, metadata=_conv(_list_of(PipelineRow)))
+    differ_vs_pytorch: int | None = None
+    impls: list[str] | None = None  # in "pyconv_reduced" (the rejected candidate) only
+    fc_math: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class TorchEndToEnd(Record):
+    source: str = ""
+    resident_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
+    pinned_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
+    pageable_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
+    correctness: float | None = None
+    peak_device_bytes: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ScalingRow(Record):
+    gpus: int
+    pinned_ms: Stats = field(metadata=_conv(Stats.from_dict))
+    correctness: float | None = None
+    speedup: float | None = None
+
+
+@dataclass(frozen=True)
+class EndToEnd(Record):
+    model: str
+    batch: int
+    pyconv: Measured = field(metadata=_conv(Measured.from_dict))
+    arch: str = ""
+    model_digest: str | None = None
+    input: str = ""
+    chunks: int | None = None
+    streams: int | None = None
+    impls: list[str] = field(default_factory=list)
+    fc_math: str | None = None
+    pytorch: TorchEndToEnd = field(default_factory=TorchEndToEnd, metadata=_conv(TorchEndToEnd.from_dict))
+    reduced_precision_ok: bool | None = None  # None: no verdict (no PyTorch to compare with)
+    pyconv_reduced: Measured | None = field(default=None, metadata=_conv(Measured.from_dict))
+    x_pytorch: dict[str, float] = field(default_factory=dict)
+    multi_gpu: list[ScalingRow] = field(default_factory=list, metadata=_conv(_list_of(ScalingRow)))
+
+
+@dataclass(frozen=True)
+class Goal(Record):
+    name: str
+    target: str
+    measured: float | None
+    unit: str
+    met: bool | None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class GpuInfo(Record):
+    name: str
+    compute_capability: str = "?"
+    multiprocessors: int | None = None
+
+
+@dataclass(frozen=True)
+class HostCpu(Record):
+    model: str = "unknown"
+    cores: int | None = None
+
+
+@dataclass(frozen=True)
+class HostLoad(Record):
+    start: float | None = None
+    end: float | None = None
+
+
+@dataclass(frozen=True)
+class TorchInfo(Record):
+    version: str
+    cuda: str | None = None
+    cudnn: int | None = None
+
+
+@dataclass(frozen=True)
+class Roofline(Record):
+    copy_GBps: float
+    fma_GFLOPs: float
+    sgemm_GFLOPs: float
+    fp32_GFLOPs: float
+    fp32_source: str = ""
+    copy_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Settings(Record):
+    models: list[str] = field(default_factory=list)
+    batch: int | None = None
+    warmup: int | None = None
+    inputs: str = "?"
+    check_images: int | None = None
+    seed: int | None = None
+    gpu_reps: int | None = None
+    cpu_reps: int | None = None
+    cpu_warmup: int | None = None
+    cpu_threads: int | None = None
+    cpu_naive_batch: int | None = None
+    gpus: int | None = None
+    variants: list[str] | None = None  # the --variants subset (None: every variant of the build)
+
+
+@dataclass(frozen=True)
+class BenchResult(Record):
+    date: str
+    parts: list[str] = field(default_factory=list)
+    format: str = FORMAT
+    version: int = VERSION
+    commit: str | None = None
+    host_cpu: HostCpu = field(default_factory=HostCpu, metadata=_conv(HostCpu.from_dict))
+    gpu: GpuInfo | None = field(default=None, metadata=_conv(GpuInfo.from_dict))
+    driver: str | None = None
+    cuda_driver_api: str | None = None
+    cuda_runtime: str | None = None
+    torch: TorchInfo | None = field(default=None, metadata=_conv(TorchInfo.from_dict))
+    settings: Settings = field(default_factory=Settings, metadata=_conv(Settings.from_dict))
+    roofline: Roofline | None = field(default=None, metadata=_conv(Roofline.from_dict))
+    layers: list[LayerResult] = field(default_factory=list, metadata=_conv(_list_of(LayerResult)))
+    cpu: list[CpuRow] = field(default_factory=list, metadata=_conv(_list_of(CpuRow)))
+    end_to_end: list[EndToEnd] = field(default_factory=list, metadata=_conv(_list_of(EndToEnd)))
+    goals: list[Goal] = field(default_factory=list, metadata=_conv(_list_of(Goal)))
+    host_load: HostLoad | None = field(default=None, metadata=_conv(HostLoad.from_dict))
+
+    @classmethod
+    def parse(cls, doc, where: str = "benchmark result") -> BenchResult:
+        """A checked record from a JSON document; PyconvError (one line) when it is not a pyconv-bench v1 one."""
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
+            raise PyconvError(f"{where} is not a {FORMAT} v{VERSION} file")
+        try:
+            return cls.from_dict(doc)
+        except PyconvError as e:
+            raise PyconvError(f"{where} is malformed: {e}") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise PyconvError(f"{where} is malformed: {type(e).__name__} {e}") from None
+
+
+def load(path: str | os.PathLike) -> BenchResult:
+    """A bench JSON file as a record; one-line errors for a missing, unreadable or foreign file."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PyconvError(f"benchmark file {path} does not exist (run `invoke bench`)") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise PyconvError(f"benchmark file {path} is unreadable: {e}") from None
+    return BenchResult.parse(doc, str(path))

@@ -1,0 +1,165 @@
+"""What `final` chooses from: one file per GPU, results/evidence/<gpu-slug>.json, written by `invoke bench`
+(pyconv.bench.evidence) from its own measurements.
+
+- layers: per conv layer shape (C, H, W, M, K, whether tanh + max-pool 2/2 follow), the variants whose correctness
+  check passed, fastest first, with the median time the choice compared (conv + tanh + pool where they follow:
+  a fusing variant's one launch against any other variant followed by the shared tanh and pooling kernels).
+- precision: per model digest (the exact weights), whether the end-to-end bench found the reduced-precision
+  (TF32) configuration leaving every label equal to PyTorch's float32 network.
+- fallback_order: every measured variant, the one closest to the fastest over all measured shapes first (the
+  geometric mean of its time over the fastest time per shape): what a shape nobody measured falls back to.
+
+A GPU without a file of its own uses the STANDIN_GPU's measurements for the variant per layer (the plan's why-line
+says so) and none of its precision verdicts: TF32 is allowed only by an end-to-end bench on the GPU itself."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from .core import paths
+from .core.errors import PyconvError
+from .core.fileio import atomic_path
+
+FORMAT = "pyconv-evidence"
+VERSION = 1
+# The GPU whose measurements stand in for a GPU never benchmarked: the one the project was measured on.
+STANDIN_GPU = "NVIDIA H200"
+
+ShapeKey = tuple[int, int, int, int, int, bool]  # C, H, W, M, K, tanh_pool_follows
+
+
+@dataclass(frozen=True)
+class Timing:
+    variant: str
+    ms: float  # median; conv + tanh + pool where the layer has them
+    date: str
+    source: str  # the bench JSON it came from (a name in results/)
+
+
+@dataclass(frozen=True)
+class LayerEvidence:
+    C: int
+    H: int
+    W: int
+    M: int
+    K: int
+    tanh_pool_follows: bool
+    B: int  # the batch it was measured at
+    ranking: tuple[Timing, ...]  # passing variants, fastest first
+
+    @property
+    def key(self) -> ShapeKey:
+        return self.C, self.H, self.W, self.M, self.K, self.tanh_pool_follows
+
+
+@dataclass(frozen=True)
+class Verdict:
+    model: str
+    model_digest: str
+    reduced_precision_ok: bool
+    date: str  # the end-to-end bench's date
+    source: str
+    differ_vs_pytorch: int | None = None
+
+
+@dataclass
+class Evidence:
+    gpu: str
+    layers: dict[ShapeKey, LayerEvidence] = field(default_factory=dict)
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    fallback_order: tuple[str, ...] = ()
+    path: Path | None = None  # the file it was read from
+    standin_for: str | None = None  # set when these are STANDIN_GPU's measurements used for another GPU
+
+    def ranking(self, key: ShapeKey) -> tuple[Timing, ...]:
+        layer = self.layers.get(key)
+        return layer.ranking if layer else ()
+
+    def verdict(self, model_digest: str | None) -> Verdict | None:
+        """The precision verdict for these weights on this GPU (never one measured on a stand-in GPU)."""
+        if self.standin_for is not None or not model_digest:
+            return None
+        return self.verdicts.get(model_digest)
+
+    def where(self) -> str:
+        """The file, as the why-lines name it."""
+        if self.path is None:
+            return "evidence in memory"
+        try:
+            return str(self.path.resolve().relative_to(paths.ROOT))
+        except ValueError:
+            return str(self.path)
+
+    # ------------------------------------------------------------------------------------------- the file
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "version": VERSION, "gpu": self.gpu,
+                "layers": [{"C": e.C, "H": e.H, "W": e.W, "M": e.M, "K": e.K,
+                            "tanh_pool_follows": e.tanh_pool_follows, "B": e.B,
+                            "ranking": [{"variant": t.variant, "ms": t.ms, "date": t.date, "source": t.source}
+                                        for t in e.ranking]}
+                           for _, e in sorted(self.layers.items())],
+                "precision": [{"model": v.model, "model_digest": v.model_digest,
+                               "reduced_precision_ok": v.reduced_precision_ok, "date": v.date, "source": v.source,
+                               "differ_vs_pytorch": v.differ_vs_pytorch}
+                              for _, v in sorted(self.verdicts.items(), key=lambda kv: (kv[1].model, kv[0]))],
+                "fallback_order": list(self.fallback_order)}
+
+    @classmethod
+    def from_json(cls, doc: dict, path: Path | None = None) -> Evidence:
+        where = path or "evidence"
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
+            raise PyconvError(f"{where} is not a {FORMAT} v{VERSION} file")
+        try:
+            layers = {}
+            for e in doc["layers"]:
+                le = LayerEvidence(int(e["C"]), int(e["H"]), int(e["W"]), int(e["M"]), int(e["K"]),
+                                   bool(e["tanh_pool_follows"]), int(e["B"]),
+                                   tuple(Timing(str(t["variant"]), float(t["ms"]), str(t["date"]), str(t["source"]))
+                                         for t in e["ranking"]))
+                layers[le.key] = le
+            verdicts = {}
+            for v in doc["precision"]:
+                d = v.get("differ_vs_pytorch")
+                verdicts[str(v["model_digest"])] = Verdict(str(v["model"]), str(v["model_digest"]),
+                                                           bool(v["reduced_precision_ok"]), str(v["date"]),
+                                                           str(v["source"]), None if d is None else int(d))
+            return cls(gpu=str(doc["gpu"]), layers=layers, verdicts=verdicts,
+                       fallback_order=tuple(str(n) for n in doc["fallback_order"]), path=path)
+        except (KeyError, TypeError, ValueError) as e:
+            raise PyconvError(f"{where} is malformed: {type(e).__name__} {e}") from None
+
+
+def path_for(gpu_name: str, folder: str | os.PathLike | None = None) -> Path:
+    return Path(folder or paths.EVIDENCE) / f"{paths.slug(gpu_name)}.json"
+
+
+def load(path: str | os.PathLike) -> Evidence:
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PyconvError(f"evidence file {path} does not exist") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise PyconvError(f"evidence file {path} is unreadable: {e}") from None
+    return Evidence.from_json(doc, path)
+
+
+def for_gpu(gpu_name: str, folder: str | os.PathLike | None = None) -> Evidence | None:
+    """This GPU's evidence; else STANDIN_GPU's, marked as standing in (standin_for = gpu_name); else None."""
+    own = path_for(gpu_name, folder)
+    if own.exists():
+        return load(own)
+    standin = path_for(STANDIN_GPU, folder)
+    if gpu_name != STANDIN_GPU and standin.exists():
+        return replace(load(standin), standin_for=gpu_name)
+    return None
+
+
+def save(ev: Evidence, path: str | os.PathLike) -> Path:
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(ev.to_json(), indent=1) + "\n")
+    return path

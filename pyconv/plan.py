@@ -1,0 +1,322 @@
+"""The one place that decides what a milestone runs: `plan(milestone, sites, variants, evidence, impl)` is a pure
+function to a Plan (the variant per conv layer with one line of why, the fully connected layers' arithmetic, the
+precision decision, the pipeline shape). The engines run a Plan and decide nothing.
+
+The rules, from the variants' roles (pyconv.variants; each variant's own file in native/ sets them):
+- --impl X: X on every conv layer. X must have a role other than `never` in the milestone; a layer X cannot take
+  (it fuses tanh + max-pool 2/2 and they do not follow, or X's why_unsupported refuses the shape) is an error
+  naming the layer, unless fallback=True (`--fallback`): that layer then runs the first of milestone 4's and
+  milestone 3's defaults that can take it.
+- otherwise milestone 2 and 3: the first `default` variant (ladder order) on every layer; where the build has no
+  default (a student handout) the first on-request variant of the ladder (the student's).
+- milestone 4: its default, else the first candidate in ladder order that takes the layer.
+- final: per layer, the fastest variant measured on this GPU for the layer's shape (pyconv.evidence), among those
+  whose final role is default or candidate; a shape never measured runs the final default (the fusing one where
+  tanh + max-pool follow), then the evidence's fallback order, then the candidates in ladder order.
+  Precision: TF32 (conv variants that round to TF32, and the fully connected layers through cuBLAS TF32) only for
+  weights whose end-to-end bench on this GPU changed no label against PyTorch's float32 network; otherwise float32.
+  Milestones 2, 3 and 4 always compute in float32, the course's arithmetic."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .core.errors import PyconvError
+from .core.model import Model, shape_trace
+from .evidence import Evidence
+from .variants import Variant, milestone_key
+
+FC_MATHS = ("fp32", "tf32")
+PRECISIONS = ("auto", "fp32", "reduced")
+
+# `final` streams the batch through the network in chunks on several CUDA streams (the copy of chunk i+1 overlaps
+# the compute of chunk i). Chosen from the pipeline sweep of `invoke bench --end-to-end` on an H200 (sp19, batch
+# 10000, pinned: the "pipeline" rows of results/bench-e2e-nvidia-h200-2026-11-22.json): 4 chunks on 4 streams was
+# the fastest shape; more chunks cost more host-side launches than they hide.
+FINAL_CHUNKS = 4
+STREAMS = 4
+
+
+def pipeline(milestone: str, batch: int) -> tuple[int, int]:
+    """(chunks, streams) of a GPU run: final chunks a batch of at least 4 images per chunk; the others run it whole."""
+    chunks = FINAL_CHUNKS if milestone_key(milestone) == "final" and batch >= 4 * FINAL_CHUNKS else 1
+    return chunks, STREAMS
+
+
+@dataclass(frozen=True)
+class ConvSite:
+    """One conv layer as a network runs it: its input shape at this batch and whether tanh + max-pool 2/2 follow."""
+
+    index: int  # among the conv layers, from 0
+    layer: str  # the layer's name in the model (conv<i+1> when it has none)
+    B: int
+    C: int
+    H: int
+    W: int
+    M: int
+    K: int
+    tanh_pool_follows: bool = False
+
+    @property
+    def shape(self) -> tuple[int, int, int, int, int, int]:
+        return self.B, self.C, self.H, self.W, self.M, self.K
+
+    @property
+    def key(self) -> tuple[int, int, int, int, int, bool]:
+        """What the evidence is keyed by (the batch is not part of it)."""
+        return self.C, self.H, self.W, self.M, self.K, self.tanh_pool_follows
+
+    @property
+    def label(self) -> str:
+        return (f"conv layer {self.index + 1} ({self.layer}: C={self.C} {self.H}x{self.W} M={self.M} K={self.K}"
+                + (", tanh + max-pool 2/2 follow" if self.tanh_pool_follows else "") + ")")
+
+
+def conv_sites(model: Model, batch: int) -> list[ConvSite]:
+    """Every conv layer of `model` at this batch size."""
+    shapes = [tuple(model.input_shape), *shape_trace(model)]
+    sites = []
+    for i, layer in enumerate(model.layers):
+        if layer.type != "conv":
+            continue
+        c, h, w = shapes[i]
+        nxt = model.layers[i + 1:i + 3]
+        fused = (len(nxt) == 2 and nxt[0].type == "tanh" and nxt[1].type == "pool" and nxt[1].mode == "max"
+                 and nxt[1].kernel == 2 and nxt[1].stride == 2)
+        n = len(sites)
+        sites.append(ConvSite(n, layer.name or f"conv{n + 1}", batch, c, h, w, layer.out_channels, layer.kernel,
+                              fused))
+    return sites
+
+
+@dataclass(frozen=True)
+class Choice:
+    site: ConvSite
+    variant: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    milestone: str  # "m2", "m3", "m4" or "final"
+    device: str  # "cpu" or "gpu"
+    layers: tuple[Choice, ...]
+    fc_math: str = "fp32"  # how the fully connected layers multiply on the GPU
+    precision: str = "float32"  # one line: which precision and on what evidence
+    chunks: int = 1
+    streams: int = STREAMS
+    tuned: bool = False  # apply this GPU's tile configurations of the tunable kernel (results/tuning/) first
+
+    @property
+    def impls(self) -> list[str]:
+        return [c.variant for c in self.layers]
+
+    def lines(self) -> list[str]:
+        """The plan in words, one line per choice."""
+        out = [f"{self.milestone} on the {self.device.upper()}: {self.precision}"]
+        if self.device == "gpu":
+            out.append(f"fully connected layers: {self.fc_math}; {self.chunks} chunk(s) on {self.streams} streams")
+        out += [f"{c.site.label}: {c.variant} -- {c.why}" for c in self.layers]
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def cannot_take(v: Variant, site: ConvSite) -> str:
+    """'' when `v` can run this layer, else why not."""
+    if v.pools and not site.tanh_pool_follows:
+        return f"{v.name} fuses tanh + max-pool 2/2 and they do not follow this layer"
+    return v.why_unsupported(site.shape)
+
+
+def _defaults(variants: Sequence[Variant], m: str) -> list[Variant]:
+    return [v for v in variants if v.role(m).role == "default"]
+
+
+def _for_site(vs: Sequence[Variant], site: ConvSite) -> list[Variant]:
+    """Where tanh + max-pool follow, the variants that fuse them first (ladder order otherwise kept)."""
+    if not site.tanh_pool_follows:
+        return [v for v in vs if not v.pools]
+    return [v for v in vs if v.pools] + [v for v in vs if not v.pools]
+
+
+def _first(order: Sequence[Variant], site: ConvSite) -> tuple[Variant | None, list[str]]:
+    """The first variant of `order` that takes the layer, and why each one before it could not."""
+    refused = []
+    for v in order:
+        why = cannot_take(v, site)
+        if not why:
+            return v, refused
+        refused.append(why)
+    return None, refused
+
+
+def _unique(vs) -> list[Variant]:
+    seen, out = set(), []
+    for v in vs:
+        if v.name not in seen:
+            seen.add(v.name)
+            out.append(v)
+    return out
+
+
+def _default_choice(variants: Sequence[Variant], m: str, site: ConvSite, what: str) -> Choice:
+    defaults = _defaults(variants, m)
+    if not defaults:
+        # A build without the milestone's default (a student handout): the first candidate of the ladder, else
+        # the first variant that runs on request (the student's). Only ladder variants: the numpy reference is
+        # never the student's code.
+        own = [v for v in variants if v.step is not None and v.role(m).role == "candidate"]
+        own += [v for v in variants if v.step is not None and v.role(m).role == "on-request"]
+        v, refused = _first(own, site)
+        if v is None:
+            raise PyconvError(f"{what}: no variant of this build can run {site.label}"
+                              + (": " + "; ".join(refused) if refused else ""))
+        how = "candidate" if v.role(m).role == "candidate" else "variant that runs on request"
+        return Choice(site, v.name, f"no {what} default in this build: the first {how} of the ladder")
+    v, refused = _first(_for_site(defaults, site), site)
+    if v is None:
+        raise PyconvError(f"{what}'s default cannot run {site.label}: " + "; ".join(refused))
+    return Choice(site, v.name, f"{what}'s default")
+
+
+def _impl_choices(variants: Sequence[Variant], m: str, sites: Sequence[ConvSite], impl: str, device: str,
+                  fallback: bool) -> list[Choice]:
+    mine = [v for v in variants if v.device == device]
+    if device == "cpu":
+        allowed = [v for v in mine if v.role(m).role != "never"]
+        v = next((v for v in allowed if v.name == impl), None)
+        if v is None:
+            raise PyconvError(f"milestone 2 runs on the CPU: --impl must be one of "
+                              f"{', '.join(x.name for x in allowed)}")
+    else:
+        v = next((v for v in mine if v.name == impl), None)
+        if v is None:
+            raise PyconvError(f"unknown GPU implementation '{impl}' (known: {', '.join(x.name for x in mine)})")
+    role = v.role(m)
+    if role.role == "never":
+        raise PyconvError(f"--impl {impl} is not allowed in {_name(m)}: {role.reason or 'its role is never'}")
+    out = []
+    for site in sites:
+        why = cannot_take(v, site)
+        if not why:
+            out.append(Choice(site, v.name, f"--impl {impl}"))
+            continue
+        if not fallback:
+            raise PyconvError(f"--impl {impl} cannot run {site.label}: {why}"
+                              + ("" if device == "cpu" else " (--fallback runs milestone 4's or 3's default there)"))
+        order = _unique([*_for_site(_defaults(mine, "m4"), site), *_for_site(_defaults(mine, "m3"), site)])
+        alt, refused = _first(order, site)
+        if alt is None:
+            raise PyconvError(f"--impl {impl} cannot run {site.label} ({why}), nor can milestone 4's or 3's "
+                              "default: " + "; ".join(refused))
+        out.append(Choice(site, alt.name, f"--impl {impl} cannot take it ({why}); --fallback: {alt.name}"))
+    return out
+
+
+def _name(m: str) -> str:
+    return "the final milestone" if m == "final" else f"milestone {m[1:]}"
+
+
+def _m4_choice(variants: Sequence[Variant], site: ConvSite) -> Choice:
+    defaults = _defaults(variants, "m4")
+    if not defaults:
+        return _default_choice(variants, "m4", site, "milestone 4")
+    v, refused = _first(_for_site(defaults, site), site)
+    if v is not None:
+        return Choice(site, v.name, "milestone 4's default")
+    cands = [x for x in variants if x.role("m4").role == "candidate"]
+    alt, more = _first(cands, site)
+    if alt is None:
+        raise PyconvError(f"no milestone-4 variant can run {site.label}: " + "; ".join(refused + more))
+    return Choice(site, alt.name, f"the default cannot take it ({'; '.join(refused)}): the first candidate in "
+                                  "ladder order that can")
+
+
+def _final_choice(variants: Sequence[Variant], site: ConvSite, ev: Evidence | None, exact: bool) -> Choice:
+    pool = [v for v in variants if v.role("final").choosable and not (exact and v.reduced_precision)]
+    by = {v.name: v for v in pool}
+    everyone = {v.name: v for v in variants}
+    refused: list[str] = []
+    passed_over: list[str] = []  # faster on this shape, but not for final
+    # 1. measured on this shape (on this GPU, or on the stand-in GPU)
+    for t in ev.ranking(site.key) if ev else ():
+        v = by.get(t.variant)
+        if v is None:
+            other = everyone.get(t.variant)
+            if other is not None and not passed_over:
+                role = other.role("final")
+                passed_over.append(f"{other.name} rounds to TF32" if role.choosable else
+                                   f"{other.name} is {role.role} in final: {role.reason}")
+            continue
+        why = cannot_take(v, site)
+        if why:
+            refused.append(why)
+            continue
+        where = f"{t.source}" if ev.standin_for is None else \
+            f"{t.source}, measured on {ev.gpu}: no evidence for {ev.standin_for}"
+        what = "conv + tanh + pool" if site.tanh_pool_follows else "conv"
+        line = (f"fastest {what} measured on this shape{' in float32' if exact else ''} among final's variants "
+                f"({t.ms:.3g} ms at batch {ev.layers[site.key].B}; {where})")
+        if passed_over:
+            line += f"; faster: {passed_over[0]}"
+        if refused:
+            line += f"; not taken: {'; '.join(refused)}"
+        return Choice(site, v.name, line)
+    # 2. never measured here: the default, the evidence's fallback order, the candidates in ladder order
+    order = _unique([*_for_site([v for v in pool if v.role("final").role == "default"], site),
+                     *(by[n] for n in (ev.fallback_order if ev else ()) if n in by),
+                     *(v for v in pool if v.role("final").role == "candidate")])
+    v, more = _first(order, site)
+    if v is None:
+        raise PyconvError(f"no variant allowed in the final milestone can run {site.label}: "
+                          + "; ".join(refused + more))
+    src = "no evidence file for this GPU" if ev is None else f"this shape is not in {ev.where()}"
+    if ev is not None and ev.standin_for is not None:
+        src = f"no evidence for {ev.standin_for}, and this shape is not in {ev.where()} ({ev.gpu})"
+    role = v.role("final").role
+    how = "the final default" if role == "default" and not more else "the first allowed variant that takes it"
+    return Choice(site, v.name, f"{how} ({src})")
+
+
+def precision_decision(ev: Evidence | None, model_digest: str | None, precision: str = "auto") -> tuple[bool, str]:
+    """(exact, why): whether final computes in float32 only, and one line on what decided it."""
+    if precision not in PRECISIONS:
+        raise PyconvError(f"unknown precision '{precision}' (known: {', '.join(PRECISIONS)})")
+    if precision != "auto":
+        return precision == "fp32", "forced"
+    verdict = ev.verdict(model_digest) if ev is not None else None
+    if verdict is None:
+        return True, "float32: no end-to-end bench of these weights on this GPU has checked TF32"
+    if verdict.reduced_precision_ok:
+        return False, f"TF32 allowed: no label differs from PyTorch's (bench of {verdict.date})"
+    return True, "float32: TF32 changed labels in the end-to-end bench"
+
+
+def plan(milestone: str, sites: Sequence[ConvSite], variants: Sequence[Variant], evidence: Evidence | None = None,
+         impl: str | None = None, *, model_digest: str | None = None, precision: str = "auto",
+         fallback: bool = False) -> Plan:
+    """What `milestone` runs on these conv layers (see the module's docstring for the rules).
+
+    variants: every variant of the build (CPU and GPU); evidence: this GPU's (pyconv.evidence.for_gpu), used by
+    final only; model_digest: the weights' digest, for final's precision verdict; precision: 'auto' (decide from
+    the evidence), or 'fp32' / 'reduced' to force one (the end-to-end bench measures both)."""
+    m = milestone_key(milestone)
+    device = "cpu" if m == "m2" else "gpu"
+    mine = [v for v in variants if v.device == device]
+    batch = sites[0].B if sites else 0
+    chunks, streams = pipeline(m, batch) if device == "gpu" else (1, 1)
+    if impl is not None:
+        choices = _impl_choices(variants, m, sites, impl, device, fallback)
+        return Plan(m, device, tuple(choices), "fp32", f"float32 (--impl {impl})", chunks, streams)
+    if m in ("m2", "m3"):
+        choices = [_default_choice(mine, m, s, _name(m)) for s in sites]
+        return Plan(m, device, tuple(choices), "fp32", "float32, the course's arithmetic", chunks, streams)
+    if m == "m4":
+        return Plan(m, device, tuple(_m4_choice(mine, s) for s in sites), "fp32", "float32, the course's arithmetic",
+                    chunks, streams)
+    exact, why = precision_decision(evidence, model_digest, precision)
+    choices = [_final_choice(mine, s, evidence, exact) for s in sites]
+    return Plan(m, device, tuple(choices), "fp32" if exact else "tf32", why, chunks, streams, tuned=True)

@@ -1,0 +1,108 @@
+"""The evidence file per GPU (pyconv.evidence, written by pyconv.bench.evidence): which variant was fastest per
+layer shape and whether TF32 kept every label of a model, merged run by run; the committed H200 file is exactly
+what the committed bench results give."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from conftest import ROOT
+
+from pyconv import evidence
+from pyconv.bench import evidence as build
+from pyconv.bench.schema import FORMAT, VERSION, BenchResult
+from pyconv.core.errors import PyconvError
+
+
+def row(name, ms, passed=True, tanh_pool_ms=None, epilogue="none", x_on_host=False):
+    r = {"variant": name, "epilogue": epilogue, "x_on_host": x_on_host, "check": {"passed": passed},
+         "ms": {"median": ms}}
+    if tanh_pool_ms is not None:
+        r["tanh_pool_ms"] = {"median": tanh_pool_ms}
+    return r
+
+
+CONV1 = {"model": "m", "layer": "conv1", "B": 10000, "C": 1, "H": 48, "W": 48, "M": 6, "K": 5,
+         "tanh_pool_follows": True}
+CONV2 = {"model": "m", "layer": "conv2", "B": 10000, "C": 6, "H": 22, "W": 22, "M": 16, "K": 5,
+         "tanh_pool_follows": False}
+
+
+def run(date, gpu="G", layers=(), e2e=(), variants=None):
+    doc = {"format": FORMAT, "version": VERSION, "date": date, "parts": ["gpu"], "gpu": {"name": gpu},
+           "layers": list(layers), "end_to_end": list(e2e), "settings": {"variants": variants}}
+    return BenchResult.parse(doc)
+
+
+def verdict(digest, ok, differ=0, rejected=None):
+    e = {"model": "m", "batch": 100, "model_digest": digest, "reduced_precision_ok": ok,
+         "pyconv": {"differ_vs_pytorch": differ}}
+    if rejected is not None:
+        e["pyconv_reduced"] = {"differ_vs_pytorch": rejected}
+    return e
+
+
+def test_ranking_compares_what_the_network_pays():
+    layer = dict(CONV1, variants=[row("plain", 0.3, tanh_pool_ms=0.8), row("fused", 0.25, epilogue="tanh-maxpool2"),
+                                  row("wrong", 0.01, passed=False), row("host", 0.01, tanh_pool_ms=0.02,
+                                                                          x_on_host=True)])
+    r = build.ranking(run("2000-01-01", layers=[layer]).layers[0], "2000-01-01", "b.json")
+    assert [(t.variant, t.ms) for t in r] == [("fused", 0.25), ("plain", 0.8)]  # plain + tanh + pool: 0.8
+    layer = dict(CONV2, variants=[row("fused", 0.1, epilogue="tanh-maxpool2"), row("a", 0.6), row("b", 0.3)])
+    assert [t.variant for t in build.ranking(run("d", layers=[layer]).layers[0], "d", "b")] == ["b", "a"]
+
+
+def test_the_newest_run_of_a_shape_wins_and_a_subset_run_updates_its_variants_only():
+    old = run("2000-01-01", layers=[dict(CONV2, variants=[row("a", 0.6), row("b", 0.5)])])
+    new = run("2000-01-02", layers=[dict(CONV2, variants=[row("a", 0.4)])], variants=["a"])
+    other_gpu = run("2000-01-03", gpu="H", layers=[dict(CONV2, variants=[row("x", 0.1)])])
+    ev = build.merge(build.merge(None, old, "old.json"), new, "new.json")
+    key = (6, 22, 22, 16, 5, False)
+    assert [(t.variant, t.ms, t.source) for t in ev.ranking(key)] == [("a", 0.4, "new.json"), ("b", 0.5, "old.json")]
+    full = run("2000-01-04", layers=[dict(CONV2, variants=[row("c", 0.9)])])
+    assert [t.variant for t in build.merge(ev, full, "full.json").ranking(key)] == ["c"]
+    assert [t.variant for t in build.merge(ev, old, "old.json").ranking(key)] == ["a", "b"]  # older: ignored
+    assert build.merge(None, other_gpu, "h.json").gpu == "H"
+
+
+def test_precision_verdicts_newest_per_model():
+    ev = build.merge(None, run("2000-01-01", e2e=[verdict("d1", True), verdict("d2", True)]), "a.json")
+    ev = build.merge(ev, run("2000-01-03", e2e=[verdict("d1", False, differ=0, rejected=2)]), "b.json")
+    ev = build.merge(ev, run("2000-01-02", e2e=[verdict("d1", True)]), "c.json")  # older than b: ignored
+    assert ev.verdict("d1").reduced_precision_ok is False and ev.verdict("d1").date == "2000-01-03"
+    assert ev.verdict("d1").differ_vs_pytorch == 2  # the rejected candidate's count, not the float32 rerun's
+    assert ev.verdict("d2").reduced_precision_ok is True and ev.verdict("d3") is None
+    no_torch = {"model": "m", "batch": 1, "model_digest": "d4", "pyconv": {}}  # no PyTorch: no verdict
+    assert build.merge(ev, run("2000-01-05", e2e=[no_torch]), "x").verdict("d4") is None
+
+
+def test_file_round_trip_and_lookup_per_gpu(tmp_path):
+    ev = build.merge(None, run("2000-01-01", layers=[dict(CONV2, variants=[row("a", 0.6), row("b", 0.5)])],
+                               e2e=[verdict("d", True)]), "a.json")
+    path = evidence.save(ev, evidence.path_for("G", tmp_path))
+    assert path.name == "g.json"
+    back = evidence.load(path)
+    assert back.to_json() == ev.to_json() and back.path == path
+    assert evidence.for_gpu("G", tmp_path).verdict("d").reduced_precision_ok
+    assert evidence.for_gpu("Unknown GPU", tmp_path) is None  # no file of its own and no stand-in's
+    evidence.save(ev, evidence.path_for(evidence.STANDIN_GPU, tmp_path))
+    standin = evidence.for_gpu("Unknown GPU", tmp_path)
+    assert standin.standin_for == "Unknown GPU" and standin.verdict("d") is None  # layers yes, precision no
+    assert standin.ranking((6, 22, 22, 16, 5, False))[0].variant == "b"
+    path.write_text(json.dumps({"format": "other"}))
+    with pytest.raises(PyconvError, match="not a pyconv-evidence v1 file"):
+        evidence.load(path)
+    path.write_text(json.dumps(dict(ev.to_json(), layers=[{"C": 1}])))
+    with pytest.raises(PyconvError, match="malformed"):
+        evidence.load(path)
+
+
+def test_the_committed_h200_evidence_is_what_the_committed_results_give(tmp_path):
+    for p in (ROOT / "results").glob("bench-*.json"):
+        shutil.copy(p, tmp_path / p.name)
+    written = build.rebuild(tmp_path)
+    assert [p.name for p in written] == ["nvidia-h200.json"]
+    committed = json.loads((ROOT / "results" / "evidence" / "nvidia-h200.json").read_text())
+    assert json.loads(written[0].read_text()) == committed, "run `invoke evidence` and commit the file"

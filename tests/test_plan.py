@@ -1,0 +1,284 @@
+"""pyconv.plan: the one selection function, on synthetic variant lists (every rule, no native module needed) and on
+the real registry with the committed H200 evidence (results/evidence/nvidia-h200.json), where the plan must equal
+what the milestones chose before the plan existed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import COURSE_PARAMS, COURSE_SYMBOL, needs_course
+from gpu_helpers import random_model, requires_gpu_module
+
+from pyconv import evidence, plan
+from pyconv.core.errors import PyconvError
+from pyconv.evidence import Evidence, LayerEvidence, Timing, Verdict
+from pyconv.plan import ConvSite, conv_sites
+from pyconv.variants import NUMPY, Role, Variant
+
+# ------------------------------------------------------------------------------------------ synthetic registry
+
+
+def V(name, step, m3="on-request", m4="on-request", final="candidate", epilogue="none", precision="fp32",
+      refuses=None, device="gpu"):
+    """A GPU variant; refuses(shape) -> why not ('' or None: takes it)."""
+    roles = {"m3": Role(m3, "" if m3 in ("default", "candidate") else "r3"),
+             "m4": Role(m4, "" if m4 in ("default", "candidate") else "r4"),
+             "final": Role(final, "" if final in ("default", "candidate") else f"{name} is not for final")}
+    return Variant(name=name, step=step, summary="synthetic", device=device, epilogue=epilogue, precision=precision,
+                   roles=roles, unsupported=(lambda s: refuses(s) or "") if refuses else None)
+
+
+def ladder():
+    return [
+        V("base", 0, m3="default", m4="candidate"),
+        V("tiled", 1, m4="candidate"),
+        V("direct", 2, m4="default", final="default", refuses=lambda s: "direct: C > 8" if s[1] > 8 else ""),
+        V("fused", 3, m4="candidate", final="default", epilogue="tanh-maxpool2"),
+        V("tf32", 4, precision="tf32"),
+        V("tf32-fused", 5, final="on-request", epilogue="tanh-maxpool2", precision="tf32"),
+        V("retired", 6, m3="never", m4="never", final="never"),
+        Variant("cpu-a", 0, "s", "cpu", roles={"m2": Role("default")}),
+        Variant("cpu-b", 1, "s", "cpu", roles={"m2": Role("on-request", "slow")}),
+        NUMPY,
+    ]
+
+
+SITES = [ConvSite(0, "conv1", 100, 1, 48, 48, 6, 5, True), ConvSite(1, "conv2", 100, 6, 22, 22, 16, 5, False)]
+WIDE = ConvSite(1, "conv2", 100, 12, 33, 33, 24, 7, False)  # C > 8: "direct" refuses it
+
+
+def ev(gpu="G", **rankings):
+    """Evidence with a ranking per site index: ev(conv1=[("fused", 0.2), ...])."""
+    layers = {}
+    for site in (*SITES, WIDE):
+        r = rankings.get(site.layer if site is not WIDE else "wide")
+        if r:
+            layers[site.key] = LayerEvidence(site.C, site.H, site.W, site.M, site.K, site.tanh_pool_follows, 10000,
+                                             tuple(Timing(n, ms, "2000-01-01", "bench-x.json") for n, ms in r))
+    return Evidence(gpu=gpu, layers=layers, fallback_order=("tiled", "base"))
+
+
+def test_conv_sites_of_a_model():
+    m = random_model(np.random.default_rng(0), (1, 20, 20))
+    s = conv_sites(m, 7)
+    assert [(x.index, x.B, x.C, x.H, x.K, x.tanh_pool_follows) for x in s] == [(0, 7, 1, 20, 5, True),
+                                                                              (1, 7, 4, 8, 3, False)]
+    assert s[1].key == (4, 8, 8, 8, 3, False) and "conv layer 2" in s[1].label
+
+
+def test_milestone_2_and_3_run_their_default_everywhere():
+    p = plan.plan("2", SITES, ladder())
+    assert p.device == "cpu" and p.impls == ["cpu-a", "cpu-a"] and "default" in p.layers[0].why
+    p = plan.plan("3", SITES, ladder())
+    assert p.device == "gpu" and p.impls == ["base", "base"] and p.fc_math == "fp32" and p.chunks == 1
+
+
+def test_milestone_4_default_then_the_first_candidate_that_takes_the_layer():
+    assert plan.plan("4", SITES, ladder()).impls == ["direct", "direct"]
+    p = plan.plan("4", [SITES[0], WIDE], ladder())
+    assert p.impls == ["direct", "base"]  # base is the first m4 candidate in ladder order
+    assert "direct: C > 8" in p.layers[1].why
+
+
+def test_a_build_without_a_default_runs_its_first_on_request_variant():
+    """A student handout: only the student's variant, on request everywhere."""
+    student = [V("gpu-student", 0), Variant("cpu-student", 0, "s", "cpu", roles={"m2": Role("on-request", "x")}),
+               NUMPY]
+    assert plan.plan("3", SITES, student).impls == ["gpu-student"] * 2
+    assert plan.plan("4", SITES, student).impls == ["gpu-student"] * 2
+    assert plan.plan("2", SITES, student).impls == ["cpu-student"] * 2  # never the numpy reference
+
+
+def test_impl_runs_on_every_layer_or_names_the_layer_it_cannot_take():
+    assert plan.plan("4", SITES, ladder(), impl="tiled").impls == ["tiled", "tiled"]
+    with pytest.raises(PyconvError, match=r"--impl fused cannot run conv layer 2 \(conv2.*do not follow"):
+        plan.plan("4", SITES, ladder(), impl="fused")
+    with pytest.raises(PyconvError, match=r"--impl direct cannot run conv layer 2 \(conv2: C=12.*direct: C > 8"):
+        plan.plan("final", [SITES[0], WIDE], ladder(), impl="direct")
+    with pytest.raises(PyconvError, match="not allowed in milestone 4: r4"):
+        plan.plan("4", SITES, ladder(), impl="retired")
+    with pytest.raises(PyconvError, match=r"unknown GPU implementation 'nope' \(known: base, tiled"):
+        plan.plan("3", SITES, ladder(), impl="nope")
+    with pytest.raises(PyconvError, match="milestone 2 runs on the CPU: --impl must be one of cpu-a, cpu-b, numpy"):
+        plan.plan("2", SITES, ladder(), impl="base")
+    assert plan.plan("2", SITES, ladder(), impl="numpy").impls == ["numpy", "numpy"]
+
+
+def test_impl_with_fallback_takes_milestone_4s_then_3s_default_where_it_cannot():
+    p = plan.plan("4", SITES, ladder(), impl="fused", fallback=True)
+    assert p.impls == ["fused", "direct"] and "--fallback" in p.layers[1].why
+    p = plan.plan("4", [SITES[0], WIDE], ladder(), impl="fused", fallback=True)
+    assert p.impls == ["fused", "base"]  # direct refuses C > 8: milestone 3's default
+
+
+def test_an_impl_plan_is_float32_and_untuned_even_for_final():
+    p = plan.plan("final", SITES, ladder(), ev(conv2=[("tf32", 0.1)]), impl="base", model_digest="d")
+    assert p.fc_math == "fp32" and not p.tuned and p.impls == ["base", "base"] and p.chunks == 4
+
+
+def test_final_takes_the_fastest_measured_variant_it_may_choose():
+    e = ev(conv1=[("tf32-fused", 0.1), ("fused", 0.2), ("base", 0.9)], conv2=[("tf32", 0.3), ("direct", 0.6)])
+    e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e.json")
+    p = plan.plan("final", SITES, ladder(), e, model_digest="d")
+    assert p.impls == ["fused", "tf32"] and p.fc_math == "tf32" and p.tuned
+    assert p.precision == "TF32 allowed: no label differs from PyTorch's (bench of 2000-01-02)"
+    assert "tf32-fused is on-request in final: tf32-fused is not for final" in p.layers[0].why
+    assert "0.3 ms" in p.layers[1].why and "bench-x.json" in p.layers[1].why
+    # float32: no verdict for these weights, or a verdict against TF32, or forced
+    for digest in ("other", None):
+        q = plan.plan("final", SITES, ladder(), e, model_digest=digest)
+        assert q.impls == ["fused", "direct"] and q.fc_math == "fp32" and q.precision.startswith("float32: no end")
+    e.verdicts["d"] = Verdict("m", "d", False, "2000-01-03", "bench-e2e.json")
+    q = plan.plan("final", SITES, ladder(), e, model_digest="d")
+    assert q.fc_math == "fp32" and q.precision == "float32: TF32 changed labels in the end-to-end bench"
+    assert plan.plan("final", SITES, ladder(), e, model_digest="d", precision="reduced").impls == ["fused", "tf32"]
+
+
+def test_final_skips_a_measured_winner_that_cannot_take_the_layer():
+    e = ev(wide=[("direct", 1.0), ("tiled", 2.0)])
+    p = plan.plan("final", [SITES[0], WIDE], ladder(), e)
+    assert p.impls[1] == "tiled" and "not taken: direct: C > 8" in p.layers[1].why
+
+
+def test_final_without_a_measurement_runs_the_default_then_the_fallback_order():
+    p = plan.plan("final", [SITES[0], SITES[1], WIDE], ladder(), ev())
+    assert p.impls == ["fused", "direct", "tiled"]  # the fusing default where tanh + pool follow
+    assert all("this shape is not in" in c.why for c in p.layers)
+    p = plan.plan("final", [SITES[0], WIDE], ladder(), None)
+    assert p.impls == ["fused", "base"] and "no evidence file for this GPU" in p.layers[1].why
+
+
+def test_final_on_a_gpu_with_only_the_stand_ins_evidence_says_so_and_stays_float32():
+    e = ev(gpu="NVIDIA H200", conv2=[("tf32", 0.3), ("direct", 0.6)])
+    e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e.json")
+    e.standin_for = "Some GPU"
+    p = plan.plan("final", SITES, ladder(), e, model_digest="d")
+    assert p.fc_math == "fp32" and p.impls == ["fused", "direct"]  # the stand-in's verdict is not this GPU's
+    assert "measured on NVIDIA H200: no evidence for Some GPU" in p.layers[1].why
+
+
+def test_the_pipeline_shape():
+    assert plan.pipeline("final", 10000) == (4, 4) and plan.pipeline("final", 15) == (1, 4)
+    assert plan.pipeline("3", 10000) == (1, 4)
+
+
+def test_lines_name_every_layer_and_why():
+    lines = plan.plan("4", SITES, ladder()).lines()
+    assert lines[0].startswith("m4 on the GPU") and len(lines) == 4
+    assert lines[2].startswith("conv layer 1 (conv1: C=1 48x48 M=6 K=5, tanh + max-pool 2/2 follow): direct -- ")
+
+
+def test_unknown_milestone_and_precision():
+    with pytest.raises(PyconvError, match="unknown milestone '5'"):
+        plan.plan("5", SITES, ladder())
+    with pytest.raises(PyconvError, match="unknown precision 'fp16'"):
+        plan.plan("final", SITES, ladder(), precision="fp16")
+
+
+# ------------------------------------------------------------------------------------------ the real registry
+
+# What the milestones chose on an NVIDIA H200 before pyconv.plan existed: computed from the code of that commit
+# (pyconv/engines/gpu.py choose_impls / final_config, pyconv/tuning.py) with the committed results/*.json, for
+# each shipped model and the course checkpoint, at batches 10000, 100 and 1 (the same at each). final: the
+# variants and FC math with no --impl; exact / reduced: final forced to float32 / to the TF32 candidate (what the
+# end-to-end bench measures); impl: --impl X where it differs from X on every layer (the old silent substitution,
+# now `--fallback`; without it those are errors).
+FIXED, SPEC, TC, CONST = "gpu-fused-tanh-pool", "gpu-specialised", "gpu-tensor-core-tf32", "gpu-constant-operand"
+SUBSTITUTED = {FIXED: [FIXED, SPEC], TC: [SPEC, TC], "gpu-tensor-core-fused": ["gpu-tensor-core-fused", SPEC]}
+BEFORE = {
+    "ece408": dict(final=[FIXED, TC], fc="tf32", why="TF32 allowed: no label differs from PyTorch's (bench of "
+                   "2026-11-23T04:15:51+00:00)", exact=[FIXED, SPEC], reduced=[FIXED, TC], impl=SUBSTITUTED),
+    "ece408-fa18": dict(final=[FIXED, CONST], fc="tf32", why="TF32 allowed: no label differs from PyTorch's (bench "
+                        "of 2026-11-23T04:16:24+00:00)", exact=[FIXED, CONST], reduced=[FIXED, CONST],
+                        impl=SUBSTITUTED),
+    "ece408-high": dict(final=[FIXED], fc="tf32", why="TF32 allowed: no label differs from PyTorch's (bench of "
+                        "2026-11-23T04:15:51+00:00)", exact=[FIXED], reduced=[FIXED], impl={}),
+    "ece408-low": dict(final=[FIXED], fc="tf32", why="TF32 allowed: no label differs from PyTorch's (bench of "
+                       "2026-11-23T04:15:51+00:00)", exact=[FIXED], reduced=[FIXED], impl={}),
+    "ece408-sp18": dict(final=[FIXED, SPEC], fc="fp32", why="float32: TF32 changed labels in the end-to-end bench",
+                        exact=[FIXED, SPEC], reduced=[FIXED, TC], impl=SUBSTITUTED),
+    "course-sp19": dict(final=[FIXED, TC], fc="tf32", why="TF32 allowed: no label differs from PyTorch's (bench of "
+                        "2026-11-23T04:15:51+00:00)", exact=[FIXED, SPEC], reduced=[FIXED, TC], impl=SUBSTITUTED),
+}
+# On a GPU with no evidence of its own (e.g. an H100) the old code used the hand-kept FINAL_TABLE (H200
+# measurements) in float32; the plan uses the H200's evidence file in float32. Same choices, except fa18's conv2:
+# the table said gpu-specialised, the H200 bench it cited measured gpu-constant-operand fastest
+# (results/bench-nvidia-h200-2026-11-23.json), and the evidence follows the measurement.
+BEFORE_ELSEWHERE = {"ece408": [FIXED, SPEC], "ece408-fa18": [FIXED, SPEC], "ece408-high": [FIXED],
+                    "ece408-low": [FIXED], "ece408-sp18": [FIXED, SPEC], "course-sp19": [FIXED, SPEC]}
+CHANGED_ELSEWHERE = {"ece408-fa18": [FIXED, CONST]}
+
+
+def _model(name, tmp_path_factory=None):
+    from pyconv.core import mxnet_import
+    from pyconv.core.model import load_model
+
+    if name != "course-sp19":
+        return load_model(name)
+    dest = tmp_path_factory.mktemp("course")
+    return load_model(mxnet_import.import_checkpoint(COURSE_SYMBOL, COURSE_PARAMS, "course-sp19", dest_dir=dest))
+
+
+MODELS = [pytest.param(n, marks=needs_course) if n == "course-sp19" else n for n in BEFORE]
+
+
+# The GPU registry when BEFORE was recorded (steps 0-14).
+LADDER_BEFORE = ("gpu-baseline", "gpu-shared-tiled", "gpu-const-weights", "gpu-unroll-gemm", "gpu-implicit-gemm",
+                 "gpu-register-tiled", "gpu-specialised", "gpu-channel-parallel", "gpu-tensor-core", "gpu-streams",
+                 "gpu-fused-tanh-pool", "gpu-autotuned", "gpu-constant-operand", "gpu-tensor-core-tf32",
+                 "gpu-tensor-core-fused")
+
+@requires_gpu_module
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("batch", [10000, 1])
+def test_the_plan_on_an_h200_equals_what_the_milestones_chose_before(name, batch, tmp_path_factory):
+    from pyconv import variants
+
+    model = _model(name, tmp_path_factory)
+    sites, vs = conv_sites(model, batch), variants.gpu_variants()
+    ev = evidence.for_gpu("NVIDIA H200")
+    assert ev is not None and ev.standin_for is None and ev.path.name == "nvidia-h200.json"
+    want = BEFORE[name]
+    p = plan.plan("final", sites, vs, ev, model_digest=model.digest())
+    assert (p.impls, p.fc_math, p.precision) == (want["final"], want["fc"], want["why"])
+    assert p.chunks == (4 if batch >= 16 else 1) and p.streams == 4 and p.tuned
+    assert plan.plan("final", sites, vs, ev, model_digest=model.digest(), precision="fp32").impls == want["exact"]
+    assert plan.plan("final", sites, vs, ev, model_digest=model.digest(), precision="reduced").impls == \
+        want["reduced"]
+    n = len(sites)
+    assert plan.plan("3", sites, vs).impls == ["gpu-baseline"] * n
+    assert plan.plan("4", sites, vs).impls == [SPEC] * n
+    for v in (v for v in vs if v.name in LADDER_BEFORE):  # variants added since have no recorded choice
+        expected = want["impl"].get(v.name, [v.name] * n)
+        assert plan.plan("4", sites, vs, impl=v.name, fallback=True).impls == expected, v.name
+        if expected != [v.name] * n:  # issue 13: no silent substitution without --fallback
+            with pytest.raises(PyconvError, match=f"--impl {v.name} cannot run conv layer"):
+                plan.plan("4", sites, vs, impl=v.name)
+
+
+@requires_gpu_module
+@pytest.mark.parametrize("name", MODELS)
+def test_the_plan_on_a_gpu_without_evidence_uses_the_h200s_in_float32(name, tmp_path_factory):
+    from pyconv import variants
+
+    model = _model(name, tmp_path_factory)
+    sites, vs = conv_sites(model, 10000), variants.gpu_variants()
+    ev = evidence.for_gpu("NVIDIA H100 80GB HBM3")
+    assert ev.standin_for == "NVIDIA H100 80GB HBM3" and ev.gpu == "NVIDIA H200"
+    p = plan.plan("final", sites, vs, ev, model_digest=model.digest())
+    assert p.impls == CHANGED_ELSEWHERE.get(name, BEFORE_ELSEWHERE[name]) and p.fc_math == "fp32"
+    assert p.precision == "float32: no end-to-end bench of these weights on this GPU has checked TF32"
+    assert all("no evidence for NVIDIA H100 80GB HBM3" in c.why for c in p.layers)
+
+
+@requires_gpu_module
+def test_invoke_plan_explains_a_milestone_for_a_gpu_by_name():
+    from pyconv.tools import milestones
+
+    lines = milestones.explain("final", batch=100, model="ece408", gpu_name="NVIDIA H200")
+    assert lines[0] == "for NVIDIA H200" and lines[1].startswith("final on the GPU: TF32 allowed")
+    assert lines[3].startswith("conv layer 1 (conv1: C=1 48x48") and ": gpu-fused-tanh-pool -- fastest" in lines[3]
+    with pytest.raises(PyconvError, match="--impl gpu-fused-tanh-pool cannot run conv layer 2"):
+        milestones.explain("4", batch=100, model="ece408", impl="gpu-fused-tanh-pool", gpu_name="NVIDIA H200")
+    with pytest.raises(PyconvError, match="milestone 1 runs PyTorch's own convolutions"):
+        milestones.explain("1")
