@@ -40,6 +40,7 @@ LEFT_OUT = (
     "tests/test_grade.py",
     "tests/test_grade_cluster.py",
     "tests/test_grade_safety.py",
+    "tests/test_grade_project.py",
     "tests/test_handout.py",
 )
 SLOTS = ("native/student/new-forward.h", "native/student/new-forward.cuh")
@@ -81,7 +82,9 @@ def write_handout(dest, root: Path = paths.ROOT, say=print) -> Path:
         raise PyconvError(f"git archive failed: {archive.stderr.decode(errors='replace').strip()}")
     kept, dropped = 0, 0
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        members = [m for m in tar.getmembers() if m.isfile() or m.isdir() or m.issym()]
+        # files and links only: their folders are made as needed, so a folder left out leaves no empty husk
+        # (an empty pyconv/grading/ would import as a namespace package)
+        members = [m for m in tar.getmembers() if m.isfile() or m.issym()]
         names = {m.name for m in members if m.isfile()}
         for slot in SLOTS:
             if slot not in names:
