@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -19,16 +18,51 @@ sys.path.insert(0, str(ROOT))
 
 
 def user_errors(fn):
-    """Turn the project's own errors into one line on stderr and exit status 1 (no traceback)."""
+    """Every way a task can fail ends in one line on stderr: the project's own errors (PyconvError) with exit
+    status 1; SIGTERM, SIGHUP and Ctrl-C with 128 + the signal, after the cleanup of any half-written file; and,
+    as a last resort, an OSError or an unexpected exception named in one line too. PYCONV_DEBUG=1 shows the
+    traceback instead."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from pyconv.core.errors import PyconvError
+        import signal
 
+        from pyconv.core.errors import PyconvError, Terminated, one_line
+
+        def terminate(signum, frame):
+            raise Terminated(signum)
+
+        debug = os.environ.get("PYCONV_DEBUG", "") not in ("", "0")
+        previous = {s: signal.signal(s, terminate) for s in (signal.SIGTERM, signal.SIGHUP)}
         try:
             return fn(*args, **kwargs)
         except PyconvError as e:
-            raise Exit(f"error: {e}", code=1) from None
+            if debug:
+                raise
+            raise Exit(f"error: {one_line(e)}", code=1) from None
+        except KeyboardInterrupt as e:
+            signum = getattr(e, "signum", signal.SIGINT)
+            raise Exit(f"error: stopped by {signal.Signals(signum).name}; no half-written file was kept",
+                       code=128 + signum) from None
+        except Exit:
+            raise
+        except MemoryError:
+            if debug:
+                raise
+            raise Exit("error: out of memory", code=1) from None
+        except OSError as e:
+            if debug:
+                raise
+            where = f" ({e.filename})" if e.filename else ""
+            raise Exit(f"error: {one_line(e.strerror or e)}{one_line(where)}", code=1) from None
+        except Exception as e:
+            if debug:
+                raise
+            raise Exit(f"error: internal error: {type(e).__name__}: {one_line(e)} (a bug: PYCONV_DEBUG=1 shows "
+                       "where)", code=1) from None
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
 
     return wrapper
 
@@ -45,39 +79,24 @@ def data(c, source=None, force=False):
 
 
 @task(help={"build_dir": "CMake build folder (default build/)", "debug": "Debug instead of Release",
-            "clean": "delete the build folder first", "jobs": "parallel compile jobs (default: all cores)",
+            "clean": "delete the build folder first (only a folder CMake made)",
+            "jobs": "parallel compile jobs (default: all cores)",
             "cuda_arch": "CUDA architectures, e.g. 90 or native (default: native with a GPU, else 80;90)",
             "portable": "no -march=native for the CPU module (to carry the build to another CPU)"})
+@user_errors
 def build(c, build_dir="build", debug=False, clean=False, jobs="0", cuda_arch="", portable=False):
-    """Configure and build the native modules (pyconv._cpu always, pyconv._gpu when nvcc and cuBLAS are found)."""
-    import pybind11
+    """Configure and build the native modules (pyconv._cpu always, pyconv._gpu when nvcc and cuBLAS are found),
+    then import each one: a module that does not load fails the build, naming the missing symbol. Flags apply
+    to this build only (a plain `invoke build` returns to the defaults)."""
+    from pyconv.tools import build as b
 
-    bdir = ROOT / build_dir
-    if clean and bdir.exists():
-        shutil.rmtree(bdir)
-    args = [f"-S {ROOT}", f"-B {bdir}", f"-DCMAKE_BUILD_TYPE={'Debug' if debug else 'Release'}",
-            f"-Dpybind11_DIR={pybind11.get_cmake_dir()}", f"-DPython_EXECUTABLE={sys.executable}",
-            f"-DPYCONV_NATIVE_ARCH={'OFF' if portable else 'ON'}"]
-    try:
-        import nvidia
-
-        for base in nvidia.__path__:
-            for sub in ("cu13", "cublas", "cu12"):
-                if (Path(base) / sub / "include" / "cublas_v2.h").exists():
-                    args.append(f"-DPYCONV_CUBLAS_ROOT={Path(base) / sub}")
-                    break
-    except ImportError:
-        pass
-    if cuda_arch:
-        args.append(f"\"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}\"")  # quoted: "80;90" is one value
-    if not (bdir / "CMakeCache.txt").exists() or cuda_arch or debug or portable:
-        c.run("cmake " + " ".join(args))
-    if not str(jobs).isdigit():
-        raise Exit(f"error: --jobs must be a non-negative integer, got '{jobs}'", code=1)
-    c.run(f"cmake --build {bdir} --parallel {int(jobs) or os.cpu_count()}")
+    for path in b.build(build_dir=build_dir, debug=debug, clean_first=clean, jobs=jobs, cuda_arch=cuda_arch,
+                        portable=portable):
+        print(f"built and imported {path}")
 
 
 @task(help={"source": "as for `invoke data`"})
+@user_errors
 def setup(c, source=None):
     """Everything a fresh checkout needs: data, then build (Python packages come from requirements.txt)."""
     data(c, source=source)
@@ -165,11 +184,16 @@ def profile(c, m=None, batch="10000", model="ece408", impl=None):
 @task
 @user_errors
 def models(c):
-    """List the available models with their architecture."""
+    """List the available models with their architecture (a damaged model file is listed as unreadable)."""
+    from pyconv.core.errors import PyconvError, one_line
     from pyconv.core.model import available_models, load_model
 
     for name in available_models():
-        m = load_model(name)
+        try:
+            m = load_model(name)
+        except PyconvError as e:  # one damaged file in imported/ must not hide the others
+            print(f"{name:16s} unreadable: {one_line(e)}")
+            continue
         print(f"{name:16s} {m.arch:6s} {m.summary()}")
 
 
@@ -269,20 +293,21 @@ def bench(c, model=None, batch=None, reps=None, warmup=None, cpu=False, gpu=Fals
           variants=variants, gpus=gpus)
 
 
-@task(help={"json": "bench JSON file(s) to report on, comma-separated (default: the newest of each kind in results/: "
-                    "GPU layers, end to end, CPU)",
+@task(help={"json": "bench JSON file(s) to report on, comma-separated (default: every bench-*.json in results/ for "
+                    "the page; for --readme, the files the README's summary names)",
             "out": "Markdown page to write (default results/report.md; plots go beside it)",
-            "readme": "also rewrite README.md between <!-- bench:begin --> and <!-- bench:end -->"})
+            "readme": "also regenerate README.md's summary table (between <!-- bench:begin --> and "
+                      "<!-- bench:end -->) and its models table"})
 @user_errors
 def report(c, json=None, out=None, readme=False):
-    """Markdown page with the ladder tables and PNG plots from a bench JSON (and optionally the README section)."""
+    """results/report.md: every bench file's tables (newest first) and plots; --readme: the README's summary."""
     from pyconv.report import tables as r
 
     dest, pngs = r.write_report(json, out)
     print(f"wrote {dest}" + "".join(f", {p.name}" for p in pngs))
     if readme:
-        results = [(src.name, r.load(src)) for src in r.sources_of(json)]
-        print(f"rewrote the benchmark section of {r.update_readme(results)}")
+        results = None if json is None else [(r.source_name(src), r.load(src)) for src in r.sources_of(json)]
+        print(f"rewrote the benchmark summary of {r.update_readme(results)}")
 
 
 # --- teachers' tasks (left out of a student handout) ---

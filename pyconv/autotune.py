@@ -15,7 +15,7 @@ import numpy as np
 from . import native
 from .core import paths
 from .core.errors import PyconvError
-from .core.fileio import atomic_path
+from .core.fileio import atomic_path, read_json
 
 FORMAT = "pyconv-tuning"
 VERSION = 1
@@ -40,12 +40,13 @@ def _check_shape(shape: Sequence[int]) -> Shape:
     return B, C, H, W, M, K
 
 
+MAX_FILE_BYTES = 64 << 20  # a tuning cache is kilobytes
+
+
 def _read(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise PyconvError(f"tuning cache {path} is unreadable: {e}") from None
-    if data.get("format") != FORMAT or data.get("version") != VERSION or not isinstance(data.get("entries"), list):
+    data = read_json(path, MAX_FILE_BYTES, "tuning cache")
+    if (not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION
+            or not isinstance(data.get("entries"), list) or not all(isinstance(e, dict) for e in data["entries"])):
         raise PyconvError(f"tuning cache {path} is not a {FORMAT} v{VERSION} file")
     return data
 
@@ -93,9 +94,12 @@ def load_cache(gpu_name: str) -> int:
     applied = 0
     for e in data["entries"]:
         name = e.get("config")
-        if name not in configs:
+        if not isinstance(name, str) or name not in configs:
             continue
-        B, C, H, W, M, K = _check_shape(e.get("shape", ()))
+        shape = e.get("shape", ())
+        if not isinstance(shape, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in shape):
+            raise PyconvError(f"tuning cache {path}: entry shape {str(shape)[:60]} is not six integers")
+        B, C, H, W, M, K = _check_shape(shape)
         g.autotune_set(B, C, H, W, M, K, configs.index(name))
         applied += 1
     return applied

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .core import paths
 from .core.errors import PyconvError
-from .core.fileio import atomic_path
+from .core.fileio import atomic_path, read_json
 
 FORMAT = "pyconv-evidence"
 VERSION = 1
@@ -128,7 +128,7 @@ class Evidence:
                                                            str(v["source"]), None if d is None else int(d))
             return cls(gpu=str(doc["gpu"]), layers=layers, verdicts=verdicts,
                        fallback_order=tuple(str(n) for n in doc["fallback_order"]), path=path)
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
             raise PyconvError(f"{where} is malformed: {type(e).__name__} {e}") from None
 
 
@@ -136,15 +136,11 @@ def path_for(gpu_name: str, folder: str | os.PathLike | None = None) -> Path:
     return Path(folder or paths.EVIDENCE) / f"{paths.slug(gpu_name)}.json"
 
 
+MAX_FILE_BYTES = 64 << 20  # an evidence file is kilobytes
+
+
 def load(path: str | os.PathLike) -> Evidence:
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PyconvError(f"evidence file {path} does not exist") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise PyconvError(f"evidence file {path} is unreadable: {e}") from None
-    return Evidence.from_json(doc, path)
+    return Evidence.from_json(read_json(path, MAX_FILE_BYTES, "evidence file"), Path(path))
 
 
 def for_gpu(gpu_name: str, folder: str | os.PathLike | None = None) -> Evidence | None:

@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 #include <omp.h>
 
+#include <cstdint>
 #include <optional>
 
 #include "common/pyarray.hpp"
@@ -12,6 +13,14 @@
 
 namespace py = pybind11;
 using namespace pyconv;
+
+namespace {
+// Byte ranges of two C-contiguous arrays (conv_shape_of and require_array insist on that layout).
+bool overlap(const py::array& a, const py::array& b) {
+  const auto a0 = reinterpret_cast<std::uintptr_t>(a.data()), b0 = reinterpret_cast<std::uintptr_t>(b.data());
+  return a0 < b0 + static_cast<std::uintptr_t>(b.nbytes()) && b0 < a0 + static_cast<std::uintptr_t>(a.nbytes());
+}
+}  // namespace
 
 PYBIND11_MODULE(_cpu, m) {
   m.doc() = "pyconv CPU convolutions (milestone 2)";
@@ -52,6 +61,10 @@ PYBIND11_MODULE(_cpu, m) {
           throw std::invalid_argument("out: shape must be [" + std::to_string(s.B) + ", " + std::to_string(s.M) +
                                       ", " + std::to_string(s.Ho()) + ", " + std::to_string(s.Wo()) + "]");
         if (!y.writeable()) throw std::invalid_argument("out: array is read-only");
+        // Written while x and k are still being read: an overlap gives a result that depends on the variant's
+        // loop order (cpu-naive and cpu-fast disagree), so it is refused.
+        if (overlap(y, x)) throw std::invalid_argument("out: shares memory with x; give a separate output array");
+        if (overlap(y, k)) throw std::invalid_argument("out: shares memory with k; give a separate output array");
         const float* xp = static_cast<const float*>(x.data());
         const float* kp = static_cast<const float*>(k.data());
         float* yp = static_cast<float*>(y.mutable_data());
@@ -64,7 +77,8 @@ PYBIND11_MODULE(_cpu, m) {
       py::arg("name"), py::arg("x"), py::arg("k"), py::arg("out") = py::none(),
       "y = conv(name, x, k, out=None): valid, stride-1, no-bias cross-correlation of x[B][C][H][W] (float32,\n"
       "C-contiguous) with k[M][C][K][K], giving y[B][M][H-K+1][W-K+1], written into `out` when given (tests\n"
-      "poison it first). Raises ValueError on a wrong dtype, rank, layout or shape, or an unknown variant.");
+      "poison it first). Raises ValueError on a wrong dtype, rank, layout or shape, an `out` that shares memory\n"
+      "with x or k, or an unknown variant; MemoryError when a buffer cannot be allocated.");
 
   m.def(
       "max_threads", [] { return omp_get_max_threads(); }, "OpenMP threads cpu-fast will use.");

@@ -43,6 +43,7 @@ schema (the JSON's records), evidence (the per-GPU file final reads); this modul
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -53,6 +54,7 @@ from .. import variants as registry
 from ..core import paths
 from ..core.checks import as_int, check_batch
 from ..core.errors import PyconvError
+from ..core.fileio import check_writable
 from ..core.model import DEFAULT_MODEL, shipped_models
 from ..engines import gpu as gpu_engine
 from ..report.tables import text_tables
@@ -120,6 +122,11 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
     batch_given = batch is not None
     batch = check_batch(batch if batch_given else goals.GOAL_BATCH)
     warmup = _check_count(WARMUP if warmup is None else warmup, "--warmup", 0)
+    if reps is not None:
+        _check_count(reps, "--reps", 1)
+    # Where the JSON goes is checked now: a benchmark takes minutes, and an unwritable --out found at the end
+    # would lose them (the default name, known only after the run, lies in results/).
+    check_writable(Path(out) if out else paths.RESULTS / f"bench-{os.getpid()}.json", "--out")
     parts, note = parse_parts(cpu, gpu, end_to_end, _gpu_available())
     if note:
         echo(note)
@@ -145,6 +152,13 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
     if "gpu" in parts or "cpu" in parts:
         for name in layer_models:
             layer_sites += sites.sites_of(sites.layer_model(name), batch)
+    if "cpu" in parts:
+        from ..engines.cpu import check_memory
+
+        for site in layer_sites:  # its x and its output, at the full batch
+            ho, wo = site["H"] - site["K"] + 1, site["W"] - site["K"] + 1
+            check_memory(4 * batch * (site["C"] * site["H"] * site["W"] + site["M"] * ho * wo),
+                         f"the CPU benchmark of {site['model']} {site['layer']} at batch {batch}")
 
     if "gpu" in parts or "end_to_end" in parts:
         g = native.gpu()

@@ -13,7 +13,6 @@ The layout (every time in milliseconds unless the key says seconds):
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import PyconvError
+from ..core.fileio import read_json
 
 FORMAT = "pyconv-bench"
 VERSION = 1
@@ -334,13 +334,14 @@ class BenchResult(Record):
             raise PyconvError(f"{where} is malformed: {type(e).__name__} {e}") from None
 
 
+MAX_FILE_BYTES = 64 << 20  # the largest bench file in results/ is under 100 KB
+
+
 def load(path: str | os.PathLike) -> BenchResult:
-    """A bench JSON file as a record; one-line errors for a missing, unreadable or foreign file."""
+    """A bench JSON file as a record; one-line errors for a missing, unreadable or foreign file. It is read up to
+    MAX_FILE_BYTES (a device or a FIFO not at all)."""
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PyconvError(f"benchmark file {path} does not exist (run `invoke bench`)") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise PyconvError(f"benchmark file {path} is unreadable: {e}") from None
+    if not path.exists():
+        raise PyconvError(f"benchmark file {path} does not exist (run `invoke bench`)")
+    doc = read_json(path, MAX_FILE_BYTES, "benchmark file")
     return BenchResult.parse(doc, str(path))

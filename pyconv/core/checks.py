@@ -7,18 +7,25 @@ import re
 
 from .errors import PyconvError
 
-MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MODEL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # used with fullmatch: `$` lets a "\n" through
+INT_RE = re.compile(r"[+-]?[0-9]+")  # ASCII only: int() also takes "١٠٠", "1_000" and " 7 "
 
 
 def as_int(value) -> int:
-    """An int from an int, an integral float, or a string of digits; ValueError for anything else (bools too)."""
+    """An int from an int, an integral float, or a string of ASCII digits (an optional sign, at most 18 of them);
+    ValueError for anything else (bools, other scripts' digits, underscores, surrounding blanks)."""
     if isinstance(value, bool) or value is None:
         raise ValueError(value)
     if isinstance(value, float):
         if not value.is_integer():
             raise ValueError(value)
         return int(value)
-    return value if isinstance(value, int) else int(str(value).strip())
+    if isinstance(value, int):
+        return value
+    text = str(value)
+    if not INT_RE.fullmatch(text) or len(text.lstrip("+-")) > 18:
+        raise ValueError(value)
+    return int(text)
 
 
 def check_positive_int(value, what: str) -> int:
@@ -33,10 +40,11 @@ def check_positive_int(value, what: str) -> int:
 
 
 def check_model_name(name) -> str:
-    """A model name is also a file name under datasets/models/: no separators, no leading dot."""
-    if not isinstance(name, str) or not MODEL_NAME_RE.match(name):
-        raise PyconvError(f"model name must be letters, digits, '.', '_' or '-' (starting with a letter or digit), "
-                          f"got {name!r}")
+    """A model name is also a file name under datasets/models/: no separators, no leading dot, no control
+    characters, at most 100 characters."""
+    if not isinstance(name, str) or not MODEL_NAME_RE.fullmatch(name):
+        raise PyconvError(f"model name must be 1 to 100 letters, digits, '.', '_' or '-' (starting with a letter or "
+                          f"digit), got {name!r}")
     return name
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import paths
 from .errors import PyconvError
-from .fileio import atomic_path
+from .fileio import atomic_path, check_free_space, check_writable, read_bounded, write_hdf5_atomic
 
 FORMAT = "pyconv-fashion-mnist"
 VERSION = 2  # 1: sizes 28, 48, 64, 72; 2: adds 70 (Fall 2019)
@@ -40,6 +40,12 @@ APT_PACKAGE = "dataset-fashion-mnist"
 URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
 
 # name -> (SHA-256 of the decompressed idx file, idx magic, count)
+ROWS = COLS = 28
+# What the written file takes (gzip level 1 over the four sizes): 237 MB here. Checked before the resizing
+# starts, so a disk that cannot hold it fails in seconds, not after the work (the exact size is checked again
+# before the write).
+EXPECTED_FILE_BYTES = 240 << 20
+MAX_DOWNLOAD = 64 << 20  # the largest official .gz (training images) is 26 MB
 FILES = {
     "train-images-idx3-ubyte": ("c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888", 2051, 60000),
     "train-labels-idx1-ubyte": ("bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9", 2049, 60000),
@@ -79,8 +85,12 @@ def _download(dest: Path) -> None:
             continue
         print(f"downloading {URL}{name}.gz ...", flush=True)
         try:
-            with urllib.request.urlopen(f"{URL}{name}.gz", timeout=60) as r, atomic_path(target) as tmp:
-                tmp.write_bytes(r.read())
+            with urllib.request.urlopen(f"{URL}{name}.gz", timeout=60) as r:
+                blob = r.read(MAX_DOWNLOAD + 1)
+            if len(blob) > MAX_DOWNLOAD:
+                raise PyconvError(f"{URL}{name}.gz is larger than {MAX_DOWNLOAD} bytes: not the Fashion-MNIST file")
+            with atomic_path(target) as tmp:
+                tmp.write_bytes(blob)
         except (urllib.error.URLError, TimeoutError, OSError) as e:
             raise PyconvError(
                 f"Fashion-MNIST not found locally and the download of {name}.gz failed ({e}). Give a folder with "
@@ -110,12 +120,27 @@ def locate(source: str | os.PathLike | None = None) -> Path:
     return raw
 
 
+def idx_size(name: str) -> int:
+    """Bytes of the decompressed idx file: a u32 magic, one u32 per axis, then the uint8 values."""
+    _, magic, count = FILES[name]
+    return 16 + count * ROWS * COLS if magic == 2051 else 8 + count
+
+
 def read_idx(path: Path, name: str) -> np.ndarray:
-    """Decompress (when .gz), verify the SHA-256 and the header, return the array."""
-    try:
-        content = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    except (OSError, EOFError, zlib.error) as e:
-        raise PyconvError(f"{path}: corrupt or truncated gzip file ({e})") from None
+    """Decompress (when .gz), verify the SHA-256 and the header, return the array. At most the file's known size
+    (plus one byte, to notice more) is ever decompressed or read: a gzip bomb costs nothing."""
+    size = idx_size(name)
+    if path.suffix == ".gz":
+        try:
+            with gzip.open(path, "rb") as g:
+                content = g.read(size + 1)
+        except (OSError, EOFError, zlib.error) as e:
+            raise PyconvError(f"{path}: corrupt or truncated gzip file ({e})") from None
+    else:
+        content = read_bounded(path, size + 1, "idx file")
+    if len(content) > size:
+        raise PyconvError(f"{path}: decompresses to more than {size} bytes, the size of the Fashion-MNIST {name}: "
+                          "not that file")
     want, magic, count = FILES[name]
     got = hashlib.sha256(content).hexdigest()
     if got != want:
@@ -128,7 +153,9 @@ def read_idx(path: Path, name: str) -> np.ndarray:
         raise PyconvError(f"{path}: unexpected idx header {head.tolist()}")
     if magic == 2051:
         rows, cols = np.frombuffer(content, dtype=">u4", count=2, offset=8)
-        return np.frombuffer(content, dtype=np.uint8, offset=16).reshape(count, int(rows), int(cols))
+        if (int(rows), int(cols)) != (ROWS, COLS):
+            raise PyconvError(f"{path}: images are {rows}x{cols}, Fashion-MNIST's are {ROWS}x{COLS}")
+        return np.frombuffer(content, dtype=np.uint8, offset=16).reshape(count, ROWS, COLS)
     return np.frombuffer(content, dtype=np.uint8, offset=8).astype(np.int64)
 
 
@@ -143,29 +170,57 @@ def course_resize(images: np.ndarray, size: int, desc: str = "") -> np.ndarray:
     return out
 
 
+COUNTS = {"train": 60000, "test": 10000}
+
+
+def _version(f: h5py.File):
+    v = f.attrs.get("version", -1)
+    return int(v) if np.ndim(v) == 0 and not isinstance(v, (str, bytes)) and float(v).is_integer() else v
+
+
+def problem(f: h5py.File, split: str, size: int) -> str:
+    """'' when one split at one size is as this format writes it (checked from the headers alone: dataset kinds,
+    shapes, dtypes), else what is wrong. A foreign file must not answer a batch with fewer images, or float or
+    text labels, and still print a Correctness. (The format and version attributes are checked by the callers.)"""
+    n = COUNTS[split]
+    images, labels = f.get(f"{split}/images_{size}"), f.get(f"{split}/labels")
+    if not isinstance(labels, h5py.Dataset) or labels.shape != (n,):
+        return f"{split}/labels is missing or not {n} labels"
+    if labels.dtype.kind not in "iu":
+        return f"{split}/labels is {labels.shape} {labels.dtype}; this format holds {n} integer labels"
+    if not isinstance(images, h5py.Dataset) or images.shape != (n, size, size):
+        return f"{split}/images_{size} is missing or not {n} images of {size}x{size}" if not isinstance(
+            images, h5py.Dataset) else (f"{split}/images_{size} is {images.shape} {images.dtype}; this format holds "
+                                        f"{n} images of {size}x{size} uint8")
+    if images.dtype != np.uint8:
+        return (f"{split}/images_{size} is {images.shape} {images.dtype}; this format holds {n} images of "
+                f"{size}x{size} uint8")
+    return ""
+
+
 def why_invalid(path: Path | None = None) -> str | None:
-    """None for a complete file of this format and version (every split, every size, the right counts); else
-    one line saying what is wrong with it. Default: the project's data file."""
+    """None for a complete file of this format and version (every split, every size, the right counts and
+    dtypes); else one line saying what is wrong with it. Default: the project's data file."""
     path = Path(path or paths.DATA_FILE)
     try:
+        if path.exists() and not path.is_file():  # a FIFO would block the open, a folder fail inside HDF5
+            return f"{path} is not a regular file"
         with h5py.File(path, "r") as f:
-            if f.attrs.get("format") != FORMAT:
+            if f.attrs.get("format") not in (FORMAT, FORMAT.encode()):
                 return f"{path} is not a {FORMAT} file"
-            version = int(f.attrs.get("version", -1))
+            version = _version(f)
             if version != VERSION:
                 return (f"{path} has format version {version}, this build writes version {VERSION} "
                         f"(image sizes {', '.join(map(str, SIZES))})")
-            for split, n in (("train", 60000), ("test", 10000)):
-                if f"{split}/labels" not in f or f[f"{split}/labels"].shape != (n,):
-                    return f"{path}: {split}/labels is missing or not {n} labels"
+            for split in COUNTS:
                 for s in SIZES:
-                    key = f"{split}/images_{s}"
-                    if key not in f or f[key].shape != (n, s, s):
-                        return f"{path}: {key} is missing or not {n} images of {s}x{s}"
+                    why = problem(f, split, s)
+                    if why:
+                        return f"{path}: {why}"
         return None
     except FileNotFoundError:
         return f"{path} does not exist"
-    except OSError as e:
+    except (OSError, KeyError, ValueError, TypeError) as e:
         return f"{path} is not a readable HDF5 file ({e})"
 
 
@@ -174,29 +229,38 @@ def is_valid(path: Path | None = None) -> bool:
 
 
 def prepare(source: str | os.PathLike | None = None, force: bool = False, dest: Path | None = None) -> Path:
-    """Write datasets/fashion-mnist.h5 (atomically); do nothing when a valid one is there (unless force)."""
+    """Write datasets/fashion-mnist.h5 (atomically); do nothing when a valid one is there (unless force).
+
+    An explicit source is checked even then (a mistyped folder is named, not ignored). The destination's
+    folder and free space are checked before the minute of reading and resizing, not after it."""
     dest = Path(dest or paths.DATA_FILE)
+    folder = locate(source) if source is not None else None
     why = why_invalid(dest)
     if not force and why is None:
-        print(f"{dest} is up to date")
+        print(f"{dest} is up to date" + (f" (--source {folder} not read; --force rebuilds from it)"
+                                         if folder else ""))
         return dest
     if why is not None and dest.exists():
         print(f"rebuilding: {why}", flush=True)
-    folder = locate(source)
+    check_writable(dest, "data file")
+    check_free_space(dest.parent, EXPECTED_FILE_BYTES, f"writing {dest}")
+    folder = folder or locate(source)
     print(f"reading Fashion-MNIST from {folder}", flush=True)
     arrays = {n: read_idx(_find_in(folder, n), n) for n in FILES}
-    with atomic_path(dest, suffix=".h5") as tmp:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["format"] = FORMAT
-            f.attrs["version"] = VERSION
-            f.attrs["source_sha256"] = [FILES[n][0] for n in FILES]
-            for split, prefix in (("train", "train"), ("test", "t10k")):
-                images = arrays[f"{prefix}-images-idx3-ubyte"]
-                f.create_dataset(f"{split}/labels", data=arrays[f"{prefix}-labels-idx1-ubyte"])
-                for s in SIZES:
-                    imgs = images if s == 28 else course_resize(images, s, f"{split} {s}x{s}")
-                    f.create_dataset(f"{split}/images_{s}", data=imgs, chunks=(min(1000, len(imgs)), s, s),
-                                     compression="gzip", compression_opts=1)
+
+    def fill(f):
+        f.attrs["format"] = FORMAT
+        f.attrs["version"] = VERSION
+        f.attrs["source_sha256"] = [FILES[n][0] for n in FILES]
+        for split, prefix in (("train", "train"), ("test", "t10k")):
+            images = arrays[f"{prefix}-images-idx3-ubyte"]
+            f.create_dataset(f"{split}/labels", data=arrays[f"{prefix}-labels-idx1-ubyte"])
+            for s in SIZES:
+                imgs = images if s == 28 else course_resize(images, s, f"{split} {s}x{s}")
+                f.create_dataset(f"{split}/images_{s}", data=imgs, chunks=(min(1000, len(imgs)), s, s),
+                                 compression="gzip", compression_opts=1)
+
+    write_hdf5_atomic(dest, fill)
     print(f"wrote {dest}")
     return dest
 
@@ -205,24 +269,46 @@ def require_data(path: Path | None = None) -> None:
     path = Path(path or paths.DATA_FILE)
     if not path.exists():
         raise PyconvError(f"{path} is missing: run `invoke data` first")
+    if not path.is_file():  # a FIFO would block the open, a folder fail inside HDF5
+        raise PyconvError(f"{path} is not a regular file: run `invoke data --force`")
 
 
-def _load(split: str, size: int, count: int | None) -> tuple[np.ndarray, np.ndarray]:
-    require_data()
+def check(size: int, split: str = "test", path: Path | None = None) -> None:
+    """The data file holds `split` at `size` as this format and version write it (see problem), with labels 0..9;
+    one line naming what is not. Run before the data is used, and by the milestones before their child starts."""
+    path = Path(path or paths.DATA_FILE)
+    require_data(path)
     if size not in SIZES:
         raise PyconvError(f"no {size}x{size} image set (available: {', '.join(map(str, SIZES))})")
     try:
-        with h5py.File(paths.DATA_FILE, "r") as f:
-            version = int(f.attrs.get("version", -1))
+        with h5py.File(path, "r") as f:
+            if f.attrs.get("format") not in (FORMAT, FORMAT.encode()):
+                raise PyconvError(f"{path} is not a {FORMAT} file; run `invoke data --force`")
+            version = _version(f)
             if version != VERSION:
-                raise PyconvError(f"{paths.DATA_FILE} has format version {version}, this build reads version "
-                                  f"{VERSION} (image sizes {', '.join(map(str, SIZES))}): run `invoke data`")
+                raise PyconvError(f"{path} has format version {version}, this build reads version {VERSION} "
+                                  f"(image sizes {', '.join(map(str, SIZES))}): run `invoke data`")
+            why = problem(f, split, size)
+            if not why:
+                labels = f[f"{split}/labels"][()]
+                if labels.size and (labels.min() < 0 or labels.max() > 9):
+                    why = f"{split}/labels holds values outside 0..9 ({labels.min()}..{labels.max()})"
+    except (OSError, KeyError, ValueError, TypeError) as e:
+        raise PyconvError(f"{path} is damaged ({e}); run `invoke data --force`") from None
+    if why:
+        raise PyconvError(f"{path}: {why}; run `invoke data --force`")
+
+
+def _load(split: str, size: int, count: int | None) -> tuple[np.ndarray, np.ndarray]:
+    check(size, split)
+    try:
+        with h5py.File(paths.DATA_FILE, "r") as f:
             n = f[f"{split}/labels"].shape[0] if count is None else count
             x = f[f"{split}/images_{size}"][:n]
             y = f[f"{split}/labels"][:n]
-    except (OSError, KeyError) as e:
+    except (OSError, KeyError, ValueError) as e:
         raise PyconvError(f"{paths.DATA_FILE} is damaged ({e}); run `invoke data --force`") from None
-    return x[:, None, :, :], y
+    return x[:, None, :, :], np.asarray(y, dtype=np.int64)
 
 
 def load_test(size: int, count: int | None = None) -> tuple[np.ndarray, np.ndarray]:

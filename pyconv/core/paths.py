@@ -27,3 +27,13 @@ def slug(text: str) -> str:
     if not s:
         raise PyconvError(f"cannot make a file name from {text!r}")
     return s
+
+
+def python_env(env: dict | None = None) -> dict:
+    """`env` (default: this process's environment) with this checkout first on PYTHONPATH, so that a child
+    `python -m pyconv.<module>` imports this package from any working directory (the user's stays the child's,
+    so relative paths they gave keep their meaning)."""
+    env = dict(os.environ if env is None else env)
+    rest = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + rest if rest else "")
+    return env

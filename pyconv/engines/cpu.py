@@ -20,6 +20,47 @@ from ..variants import NUMPY
 ConvFn = Callable[..., np.ndarray]
 
 
+def peak_bytes(model: Model, batch: int) -> int:
+    """About what forward_cpu holds at once for `batch` images: the float32 input, and the input and output of
+    its largest layer (a conv's output is allocated while its input is alive)."""
+    from ..core.model import shape_trace
+
+    sizes = [int(np.prod(model.input_shape))] + [int(np.prod(s)) for s in shape_trace(model)]
+    return 4 * batch * (sizes[0] + max(a + b for a, b in zip(sizes, sizes[1:], strict=False)))
+
+
+def available_memory() -> int | None:
+    """Bytes this process may still allocate: the kernel's MemAvailable, lowered by a cgroup's limit (v2, else
+    v1) where one is set; None where neither can be read."""
+    found = []
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    v1 = "/sys/fs/cgroup/memory/memory."
+    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                         (v1 + "limit_in_bytes", v1 + "usage_in_bytes")):
+        try:
+            text = open(limit).read().strip()
+            if text.isdigit():
+                found.append(int(text) - int(open(usage).read().strip()))
+                break
+        except (OSError, ValueError):
+            continue
+    return min(found) if found else None
+
+
+def check_memory(need: int, what: str) -> None:
+    """Refuse, in one line and before the work, what cannot fit in memory (a model within the file bounds may still
+    ask for hundreds of GB at batch 10000)."""
+    available = available_memory()
+    if available is not None and need > available:
+        raise PyconvError(f"{what} needs about {need / 2**30:.1f} GB of memory and {available / 2**30:.1f} GB are "
+                          "available; a smaller --batch needs less")
+
+
 def cpu_conv_impls() -> dict[str, ConvFn]:
     """Every host convolution by name: the native CPU registry and the numpy reference."""
     impls: dict[str, ConvFn] = {}

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import native
+from ..core.checks import as_int
 from ..core.errors import PyconvError
 from ..core.model import Model
 from ..plan import FC_MATHS, Plan
@@ -66,7 +67,7 @@ def parse_gpus(gpus) -> int:
     if text == "all":
         return visible
     try:
-        n = int(text)
+        n = as_int(text)
     except ValueError:
         raise PyconvError(f"--gpus must be a positive integer or 'all', got '{gpus}'") from None
     if n < 1:

@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from .. import evidence, native, variants
-from ..core import data
+from ..core import data, paths
 from ..core.checks import MAX_BATCH, check_batch
 from ..core.data import accuracy
-from ..core.errors import PyconvError
+from ..core.errors import PyconvError, one_line
 from ..core.model import DEFAULT_MODEL, Model, load_model
 from ..plan import Plan, conv_sites, plan
 from . import profile_hook, timelog
@@ -124,7 +124,7 @@ def _child(argv: list[str]) -> int:
         else:
             run_planned(m, model, x, labels, impl=a.impl, gpus=a.gpus, fallback=a.fallback)
     except PyconvError as e:
-        print(f"error: {e}", flush=True)
+        print(f"error: {one_line(e)}", flush=True)
         return 2
     finally:
         # Flush the trace while the CUDA context and the modules are alive, not from an exit handler.
@@ -142,7 +142,12 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
         make_plan(m, loaded, batch, impl)  # an --impl milestone 2 cannot run: one line here
     if device not in ("cpu", "gpu", "both"):
         raise PyconvError(f"--device must be cpu, gpu or both, got '{device}'")
-    data.require_data()
+    data.check(loaded.input_size)  # a foreign or damaged data file is named here, not in the child
+    if m == "2":
+        from ..engines.cpu import check_memory, peak_bytes
+
+        check_memory(peak_bytes(loaded, batch), f"milestone 2 on model '{loaded.name}' at batch {batch}")
+    env = paths.python_env(env)
     if m in ("3", "4", "final"):
         native.gpu()  # no GPU or no CUDA build: one line here rather than a failing child
         if impl is not None:
@@ -156,10 +161,11 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
     if fallback:
         argv.append("--fallback")
     tag = f"m{m}-{Path(model).stem}-b{batch}" + (f"-{impl}" if impl else "")
+    timelog.check_log_folder(tag)
     if m != "2":
         # CUDA loads kernels lazily by default: the first launch of each would load its module inside the
         # timed convolution. Load them when the context is created instead (the user's own choice wins).
-        env = {**os.environ, "CUDA_MODULE_LOADING": os.environ.get("CUDA_MODULE_LOADING", "EAGER"), **(env or {})}
+        env = {"CUDA_MODULE_LOADING": os.environ.get("CUDA_MODULE_LOADING", "EAGER"), **env}
     code, log, _ = timelog.run_timed(argv, tag=tag, posix=posix, env=env)
     print(f"log: {log}")
     return code
@@ -183,8 +189,9 @@ def _run_m1(batch: int, model: str, device: str, posix: bool, env: dict | None) 
             continue
         argv = [sys.executable, "-m", "pyconv.tools.milestones", "--m", "1", "--batch", str(batch),
                 "--model", model, "--device", dev]
-        sub_code, log, _ = timelog.run_timed(argv, tag=f"{sub}-{Path(model).stem}-b{batch}", posix=posix,
-                                             env=env)
+        tag = f"{sub}-{Path(model).stem}-b{batch}"
+        timelog.check_log_folder(tag)
+        sub_code, log, _ = timelog.run_timed(argv, tag=tag, posix=posix, env=env)
         print(f"log: {log}")
         code = code or sub_code
     return code

@@ -32,7 +32,7 @@ from .. import native, verify
 from .. import variants as variant_registry
 from ..core import paths
 from ..core.errors import PyconvError
-from ..core.fileio import write_text_atomic
+from ..core.fileio import check_writable, write_text_atomic
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # Exit status compute-sanitizer gives the child when it found errors: distinct from the child's own failures
@@ -246,7 +246,7 @@ def _run(cmd: list[str], timeout: float) -> tuple[int, str, float, str]:
     start = time.monotonic()
     try:
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
-                           cwd=paths.ROOT)
+                           env=paths.python_env())
         return r.returncode, r.stdout, time.monotonic() - start, ""
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
@@ -296,6 +296,7 @@ def run_sanitize(tools: str | None = None, variants: str | None = None, mileston
         data.require_data()
     if not g.available():
         raise PyconvError("no CUDA GPU is visible: compute-sanitizer needs one to run the kernels")
+    check_writable(paths.LOGS / f"sanitize-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json", "log")
     sanitizer = find_sanitizer()
     version = subprocess.run([str(sanitizer), "--version"], capture_output=True, text=True).stdout.strip()
     version = version.splitlines()[-1] if version else "unknown version"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import paths
-from ..core.fileio import write_text_atomic
+from ..core.fileio import check_writable, write_text_atomic
 
 
 @dataclass
@@ -99,9 +99,16 @@ def parse_posix(text: str) -> dict:
 
 
 def log_path(tag: str, pid: int) -> Path:
-    """logs/<tag>-<date>-<time>-<child pid>.log: unique per run, so concurrent runs never share a log."""
+    """logs/<tag>-<date>-<time>-<child pid>.log: unique per run, so concurrent runs never share a log. The tag
+    (it holds a model's file name) keeps only file-name-safe characters and at most 100 of them."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    tag = re.sub(r"[^A-Za-z0-9._-]", "_", tag)[:100]
     return paths.LOGS / f"{tag}-{stamp}-{pid}.log"
+
+
+def check_log_folder(tag: str) -> None:
+    """Fail before the run, in one line, when its log could not be written afterwards."""
+    check_writable(log_path(tag, os.getpid()), "log")
 
 
 def run_timed(argv: list[str], tag: str, posix: bool = False, env: dict | None = None,
@@ -115,10 +122,15 @@ def run_timed(argv: list[str], tag: str, posix: bool = False, env: dict | None =
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, bufsize=1)
     captured = []
     assert proc.stdout is not None
-    for line in proc.stdout:
-        captured.append(line)
-        echo.write(line)
-        echo.flush()
+    try:
+        for line in proc.stdout:
+            captured.append(line)
+            echo.write(line)
+            echo.flush()
+    except BaseException:  # SIGTERM or Ctrl-C in the parent: the child must not run on unwatched
+        proc.kill()
+        proc.wait()
+        raise
     proc.stdout.close()
     _, status, ru = os.wait4(proc.pid, 0)
     elapsed = time.monotonic() - start

@@ -20,7 +20,7 @@ import numpy as np
 from ..core import archs, data, paths
 from ..core.checks import check_model_name, check_positive_int
 from ..core.errors import PyconvError
-from ..core.fileio import write_text_atomic
+from ..core.fileio import check_writable, write_text_atomic
 from ..core.model import Model, load_model, save_model, shipped_models
 from ..engines.framework import build_net, export_weights, require_torch
 
@@ -59,6 +59,7 @@ def train(arch: str, name: str, epochs: int = 2, seed: int = 0, batch_size: int 
     dest = Path(dest) if dest is not None else paths.MODELS / f"{name}.h5"
     if dest.exists() and not force:
         raise PyconvError(f"{dest} exists; pass --force to overwrite it")
+    check_writable(dest, "model file")  # now, not after minutes of training
     torch = require_torch()
     from tqdm import tqdm
 
@@ -153,6 +154,8 @@ def accuracy_table(json_path: Path = ACCURACY_JSON, md_path: Path = ACCURACY_MD)
     """Measure every shipped model (datasets/models/*.h5) at 100/1000/10000 with the milestone-2 engine
     (cpu-fast) and write the JSON and the Markdown table the README shows."""
     data.require_data()
+    for dest in (json_path, md_path):
+        check_writable(dest, "accuracy table")
     names = shipped_models()
     if not names:
         raise PyconvError(f"no shipped models in {paths.MODELS}")

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <vector>
 
 #include "cpu/runtime/registry.hpp"
@@ -84,12 +85,26 @@ void conv_fwd_cpu_fast(const float* x, const float* k, float* y, const ConvShape
     for (int64_t t = 0; t < C * K * K; ++t)
       wpk[((m / MB_MAX) * C * K * K + t) * MB_MAX + m % MB_MAX] = k[m * C * K * K + t];
 
+  // No exception may leave an OpenMP region (the runtime would call std::terminate and end the process): a
+  // failed allocation of a thread's buffers is kept and rethrown after the region (pybind11: MemoryError).
+  // Every thread still reaches the worksharing loop (skipping a barrier would hang the others); one without
+  // buffers skips its images, whose outputs do not matter once the call fails.
+  std::exception_ptr error;
 #pragma omp parallel
   {
-    std::vector<float> xp(static_cast<size_t>(C * plane), 0.0f);
-    std::vector<float> yw(static_cast<size_t>(MB_MAX * wide));
+    std::vector<float> xp, yw;
+    bool ready = true;
+    try {
+      xp.assign(static_cast<size_t>(C * plane), 0.0f);
+      yw.resize(static_cast<size_t>(MB_MAX * wide));
+    } catch (...) {
+      ready = false;
+#pragma omp critical(pyconv_cpu_fast_error)
+      if (!error) error = std::current_exception();
+    }
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < s.B; ++b) {
+      if (!ready) continue;
       for (int64_t c = 0; c < C; ++c)
         std::memcpy(&xp[c * plane], x + (b * C + c) * H * W, sizeof(float) * H * W);
       for (int64_t mb = 0; mb < nmb; ++mb) {
@@ -112,6 +127,7 @@ void conv_fwd_cpu_fast(const float* x, const float* k, float* y, const ConvShape
       }
     }
   }
+  if (error) std::rethrow_exception(error);
 }
 
 // Float32 sums in a different order than the reference: held to 1e-5 relative, like cpu-naive.
