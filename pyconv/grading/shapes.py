@@ -64,7 +64,12 @@ def main(argv: list[str]) -> int:
         if why:  # the student variant refuses only what 32-bit indexing cannot address: none of these
             entry = {"shape": list(shape), "ok": False, "why": f"refused: {why}", "max_abs_err": None}
         else:
-            c = verify.check_variant(mod.conv, variant, shape, rng)
+            try:
+                c = verify.check_variant(mod.conv, variant, shape, rng)
+            except (RuntimeError, ValueError, MemoryError) as e:  # the team's CHECK, a CUDA error, bad_alloc
+                print(f"error: {name} at B={shape[0]} C={shape[1]} H={shape[2]} W={shape[3]} M={shape[4]} "
+                      f"K={shape[5]}: {type(e).__name__}: {e}", flush=True)
+                return 1
             entry = {"shape": list(shape), "ok": c.passed, "why": c.why, "max_abs_err": c.max_abs_err}
         results.append(entry)
         b, ch, h, w, m, k = shape
