@@ -2,7 +2,8 @@
 
 The job talks to the project only through its command line, as the course's rai ran a team's build file:
     <project> build --student TEAM --build-dir SCRATCH/build
-    <project> milestone --m M --student TEAM --model MODEL --batch N --record SCRATCH/runs/....json
+    <project> milestone --m M --impl cpu-student|gpu-student --model MODEL --batch N --record SCRATCH/runs/...
+              (PYCONV_NATIVE_DIR=SCRATCH/build: the modules of that build)
 where <project> is `python3 -m invoke -r ROOT` (ROOT: the checkout on the node that runs the job). Tests replace
 <project> with a small stand-in script that answers the same two commands.
 
@@ -196,12 +197,21 @@ class _Job:
                         f"isolation {r.isolation}]\n{r.output.rstrip()}\n")
         return r
 
+    def _build_takes(self, flag: str) -> bool:
+        try:
+            r = subprocess.run([*self.project, "build", "--help"], capture_output=True, text=True, timeout=120,
+                               env=self.env, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return flag in r.stdout
+
     def milestone_argv(self, batch: int, record: Path) -> list[str]:
         s = self.spec
-        # --impl names the student's variant outright: a student build's defaults never decide what is graded
-        return [*self.project, "milestone", "--m", s.milestone, "--student", str(self.team_dir),
-                "--impl", student_variant(s.milestone), "--model", s.model, "--batch", str(batch),
-                "--record", str(record)]
+        # The modules come from the job's own build folder through PYCONV_NATIVE_DIR (set in self.env), not from
+        # --student, which looks in the checkout's build/ (read-only in the sandbox); --impl names the student's
+        # variant outright, so a build's defaults never decide what is graded.
+        return [*self.project, "milestone", "--m", s.milestone, "--impl", student_variant(s.milestone),
+                "--model", s.model, "--batch", str(batch), "--record", str(record)]
 
     def run(self) -> dict:
         s = self.spec
@@ -216,6 +226,8 @@ class _Job:
         build = [*self.project, "build", "--student", str(self.team_dir), "--build-dir", str(self.build_dir)]
         if s.cuda_arch:
             build += ["--cuda-arch", s.cuda_arch]
+        if self._build_takes("--target"):  # only the modules this milestone runs: minutes of nvcc saved at m2
+            build += ["--target", "_cpu" if s.milestone == "2" else "_cpu,_gpu"]
         r = self.step("build", build, s.build_limits)
         verdict = classify(r, "build")
         if verdict:
