@@ -13,7 +13,7 @@ What every step gets, with or without a sandbox program:
 
 Where bubblewrap (`bwrap`) works, the step also runs with no network (its own loopback only), its own PID
 namespace (a process that leaves the session still dies with the sandbox), a read-only view of the whole file
-system, other teams' folders hidden, /tmp a small private tmpfs, and only its scratch folder writable. Where only
+system (/tmp included), other teams' folders hidden, and only its scratch folder writable. Where only
 `unshare` works, the step gets no network and nothing else. What is not isolated is listed in the README."""
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ class Limits:
     processes: int = 256  # processes alive at once in the step's session
     cpu_s: int = 0  # RLIMIT_CPU per process; 0 = twice the wall limit
     output_kb: int = 256  # captured output kept (half from the start, half from the end)
-    tmp_mb: int = 256  # size of the private /tmp inside bwrap
 
 
 @dataclass
@@ -112,13 +111,15 @@ def _unshare_prefix() -> list[str]:
 
 def bwrap_prefix(scratch: Path, hide: list[Path], limits: Limits, gpu: bool) -> list[str]:
     """The bwrap command line: read-only /, a minimal /dev (plus the NVIDIA device nodes for a GPU step), a private
-    /proc and /tmp, `hide` covered by empty tmpfs (other teams' scratch and submissions, the grades), the scratch
+    /proc, `hide` covered by empty tmpfs (other teams' scratch and submissions, the grades), the scratch
     folder writable, no network."""
     args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev"]
     if gpu:
         for node in sorted(glob.glob("/dev/nvidia*")):
             args += ["--dev-bind", node, node]
-    args += ["--proc", "/proc", "--size", str(limits.tmp_mb * MB), "--tmpfs", "/tmp"]
+    # /tmp stays as read-only as the rest (TMPDIR points into the scratch folder): a private tmpfs there would
+    # also hide a checkout, a data file or a Python that lives under /tmp (CI clones often do)
+    args += ["--proc", "/proc"]
     for h in hide:
         if h.exists():
             args += ["--tmpfs", str(h)]  # before the scratch bind: a scratch inside `h` stays visible
