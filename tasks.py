@@ -316,3 +316,63 @@ def report(c, json=None, out=None, readme=False):
     if readme:
         results = None if json is None else [(r.source_name(src), r.load(src)) for src in r.sources_of(json)]
         print(f"rewrote the benchmark summary of {r.update_readme(results)}")
+
+
+# --- teachers' tasks (left out of a student handout) ---
+
+
+@task(help={"submissions": "folder with one folder per team (its new-forward.h and/or new-forward.cuh, optionally "
+                           "members.txt with one name a line)",
+            "m": "milestone: 2 (new-forward.h, CPU), 3, 4 or final (new-forward.cuh, GPU); default 2",
+            "runs": "timed runs at the last batch; the fastest counts, as the course did (default 3)",
+            "batches": "Correctness batches, comma-separated, the last one timed (default 100,1000,10000)",
+            "model": "model the milestones run (default ece408)",
+            "sanitize": "also run the first batch under compute-sanitizer memcheck (GPU milestones)",
+            "cluster": "address of a running Ray cluster (default $RAY_ADDRESS; neither: an embedded local Ray)",
+            "grades": "folder for the records (default results/grades)",
+            "timeout_build": "wall-clock seconds for a team's build (default 900)",
+            "timeout_run": "wall-clock seconds for each milestone run (default 900)",
+            "memory_mb": "memory for each step, MiB, all its processes together (default 8192)",
+            "cuda_arch": "passed to each team's build (e.g. 90)",
+            "project": "testing the grader: a Python script standing in for the project's command line",
+            "keep": "keep each job's scratch folder (its build and logs) for inspection",
+            "jobs_cpus": "CPUs each job asks Ray for (default 1)"})
+@user_errors
+def grade(c, submissions=None, m="2", runs="3", batches=None, model="ece408", sanitize=False, cluster=None,
+          grades=None, timeout_build="900", timeout_run="900", memory_mb="8192", cuda_arch="", project=None,
+          keep=False, jobs_cpus="1"):
+    """Grade every team of a submissions folder at one milestone (on Ray): a JSON record each in results/grades/."""
+    from pyconv.tools import grade as g
+
+    code = g.grade(submissions, m=m, runs=runs, batches=batches, model=model, sanitize=sanitize, cluster=cluster,
+                   grades=grades, timeout_build=timeout_build, timeout_run=timeout_run, memory_mb=memory_mb,
+                   cuda_arch=cuda_arch, project=project, keep=keep, jobs_cpus=jobs_cpus)
+    if code:
+        raise Exit(code=code)
+
+
+@task(help={"grades": "folder of grade records (default results/grades)",
+            "m": "only this milestone (default: every milestone with records)",
+            "out": "folder for leaderboard-m<M>.md/.csv/.png (default: the grades folder)"})
+@user_errors
+def leaderboard(c, grades=None, m=None, out=None):
+    """The class's standings from the grade records: Markdown, CSV and PNG, ranked by the sum of Op Times."""
+    from pyconv.tools import grade as g
+    from pyconv.tools import leaderboard as lb
+
+    written = lb.write_leaderboard(Path(grades) if grades else g.DEFAULT_GRADES, milestone=m, out=out)
+    print("wrote " + ", ".join(str(p) for p in written))
+
+
+@task(help={"dest": "new folder for the student edition (must not exist or be empty)"})
+@user_errors
+def handout(c, dest=None):
+    """Write the student edition of this tree: skeletons in the student slots, no variant files, no grader."""
+    from pyconv.tools import handout as h
+
+    if dest is None:
+        raise Exit("error: --dest DIR is required (a new folder for the student edition)", code=1)
+    h.write_handout(dest)
+
+
+# --- end of teachers' tasks ---
