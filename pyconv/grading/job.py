@@ -228,7 +228,9 @@ class _Job:
             build += ["--cuda-arch", s.cuda_arch]
         if self._build_takes("--target"):  # only the modules this milestone runs: minutes of nvcc saved at m2
             build += ["--target", "_cpu" if s.milestone == "2" else "_cpu,_gpu"]
-        r = self.step("build", build, s.build_limits)
+        # A CUDA build runs under the watchdog's resident-memory limit only: nvcc's tools reserve far more address
+        # space than they touch, and RLIMIT_AS made cicc abort (every GPU team's build "crashed" on an H200 host).
+        r = self.step("build", build, s.build_limits, gpu=self.gpu)
         verdict = classify(r, "build")
         if verdict:
             return schema.finish(rec, *verdict)
