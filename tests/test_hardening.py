@@ -171,8 +171,8 @@ def test_a_tiny_file_declaring_a_huge_weight_is_refused_before_it_is_read(tmp_pa
 
 @needs_data
 def test_a_small_model_that_needs_more_memory_than_there_is_is_refused_before_the_run(tmp_path):
-    """Class 2, at run time: every size within the file bounds, yet 2000 channels of 44x44 per image are 290 GB
-    at batch 10000: refused in one line before the child starts, not left to the kernel's OOM killer."""
+    """Class 2, at run time: every size within the file bounds (a 0.5 MB file), yet 2000 channels of 44x44 per
+    image are 145 GB at batch 10000: refused in one line before the child starts, not left to the OOM killer."""
     from pyconv.core.model import Layer, Model
 
     rng = np.random.default_rng(0)
