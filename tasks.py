@@ -293,17 +293,18 @@ def bench(c, model=None, batch=None, reps=None, warmup=None, cpu=False, gpu=Fals
           variants=variants, gpus=gpus)
 
 
-@task(help={"json": "bench JSON file(s) to report on, comma-separated (default: the newest of each kind in results/: "
-                    "GPU layers, end to end, CPU)",
+@task(help={"json": "bench JSON file(s) to report on, comma-separated (default: every bench-*.json in results/ for "
+                    "the page; for --readme, the files the README's summary names)",
             "out": "Markdown page to write (default results/report.md; plots go beside it)",
-            "readme": "also rewrite README.md between <!-- bench:begin --> and <!-- bench:end -->"})
+            "readme": "also regenerate README.md's summary table (between <!-- bench:begin --> and "
+                      "<!-- bench:end -->) and its models table"})
 @user_errors
 def report(c, json=None, out=None, readme=False):
-    """Markdown page with the ladder tables and PNG plots from a bench JSON (and optionally the README section)."""
+    """results/report.md: every bench file's tables (newest first) and plots; --readme: the README's summary."""
     from pyconv.report import tables as r
 
     dest, pngs = r.write_report(json, out)
     print(f"wrote {dest}" + "".join(f", {p.name}" for p in pngs))
     if readme:
-        results = [(src.name, r.load(src)) for src in r.sources_of(json)]
-        print(f"rewrote the benchmark section of {r.update_readme(results)}")
+        results = None if json is None else [(r.source_name(src), r.load(src)) for src in r.sources_of(json)]
+        print(f"rewrote the benchmark summary of {r.update_readme(results)}")

@@ -230,3 +230,53 @@ def test_every_committed_result_loads_as_records_and_renders():
         for layer in r.layers:
             assert f"{layer.model} {layer.layer}: B={layer.B}" in text
             assert all(row.variant in text for row in layer.variants)
+
+
+def test_the_committed_readme_summary_regenerates_unchanged():
+    """`invoke report --readme` with no --json regenerates the README's summary from the bench files the summary
+    names (every one of them, not only the newest of each kind): on the committed results it changes nothing."""
+    from conftest import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    names = report.readme_sources(text)
+    assert names and len(names) > 3  # more files than one per kind: the case that used to lose tables
+    assert all((ROOT / "results" / n).exists() for n in names)
+    section = text.split(report.BEGIN, 1)[1].split(report.END, 1)[0]
+    new = report.readme_text(text)
+    assert new.split(report.BEGIN, 1)[1].split(report.END, 1)[0] == section
+    assert new == text  # and nothing outside the markers moved
+    for n in names:
+        assert f"(results/{n})" in section  # each source is linked
+
+
+def test_readme_sources_are_recorded_and_read_back(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(README_HEAD + "\nold\n" + README_TAIL)
+    report.update_readme([("bench-synthetic.json", synthetic_result())], readme)
+    assert report.readme_sources(readme.read_text()) == ["bench-synthetic.json"]
+    assert report.readme_sources("no markers") is None
+
+
+def test_summary_takes_every_file_and_the_newer_cell():
+    old, new = synthetic_result(), synthetic_result()
+    new["date"] = "2001-01-01T00:00:00+00:00"
+    new["layers"][0]["variants"][0]["ms"] = timing.stats([7.0])  # gpu-baseline on conv1
+    t = report.summary_table([("b-new.json", new), ("a-old.json", old)])
+    base = next(r for r in t.rows if r[0].startswith("m3 `gpu-baseline`"))
+    assert base[2:] == [report.num(7.0 + 1.575)]  # the newer file's conv1 + conv2 (median of 1.5, 1.65)
+    assert "a-old.json" in t.notes[0] and "b-new.json" in t.notes[0]
+
+
+def test_the_page_shows_every_bench_file_newest_first(tmp_path):
+    a, b = synthetic_result(), synthetic_result()
+    b["date"] = "2001-01-01T00:00:00+00:00"
+    b["gpu"]["name"] = "Newer GPU"
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "bench-a.json").write_text(json.dumps(a))
+    (folder / "bench-b.json").write_text(json.dumps(b))
+    assert [p.name for p in report.all_sources(folder)] == ["bench-b.json", "bench-a.json"]
+    dest, pngs = report.write_report(f"{folder / 'bench-b.json'},{folder / 'bench-a.json'}", tmp_path / "r.md")
+    page = dest.read_text()
+    assert page.index("(`results/bench-b.json`)") < page.index("(`results/bench-a.json`)")
+    assert {p.name for p in pngs} >= {"r-bench-a-gpu-op-time.png", "r-bench-b-gpu-op-time.png"}
