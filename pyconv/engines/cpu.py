@@ -32,9 +32,11 @@ def peak_bytes(model: Model, batch: int) -> int:
 def available_memory() -> int | None:
     """Bytes this process may still allocate: the kernel's MemAvailable, lowered by a cgroup's limit (v2, else
     v1) where one is set; None where neither can be read."""
+    from pathlib import Path
+
     found = []
     try:
-        for line in open("/proc/meminfo"):
+        for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 found.append(int(line.split()[1]) * 1024)
     except (OSError, ValueError, IndexError):
@@ -43,9 +45,9 @@ def available_memory() -> int | None:
     for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
                          (v1 + "limit_in_bytes", v1 + "usage_in_bytes")):
         try:
-            text = open(limit).read().strip()
+            text = Path(limit).read_text().strip()
             if text.isdigit():
-                found.append(int(text) - int(open(usage).read().strip()))
+                found.append(int(text) - int(Path(usage).read_text().strip()))
                 break
         except (OSError, ValueError):
             continue
