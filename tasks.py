@@ -78,20 +78,25 @@ def data(c, source=None, force=False):
     d.prepare(source=source, force=force)
 
 
-@task(help={"build_dir": "CMake build folder (default build/)", "debug": "Debug instead of Release",
+@task(help={"build_dir": "CMake build folder (default build/, or build/student-<hash> with --student)", "debug": "Debug instead of Release",
             "clean": "delete the build folder first (only a folder CMake made)",
             "jobs": "parallel compile jobs (default: all cores)",
             "cuda_arch": "CUDA architectures, e.g. 90 or native (default: native with a GPU, else 80;90)",
-            "portable": "no -march=native for the CPU module (to carry the build to another CPU)"})
+            "portable": "no -march=native for the CPU module (to carry the build to another CPU)",
+            "student": "a folder holding a student's new-forward.h / new-forward.cuh (a team's submission): compiled "
+                       "as cpu-student / gpu-student into a build folder of its own (default build/student-<hash>), "
+                       "run with `invoke milestone --student DIR`",
+            "target": "build only these CMake targets, e.g. _cpu (comma-separated)"})
 @user_errors
-def build(c, build_dir="build", debug=False, clean=False, jobs="0", cuda_arch="", portable=False):
+def build(c, build_dir=None, debug=False, clean=False, jobs="0", cuda_arch="", portable=False, student=None,
+          target=None):
     """Configure and build the native modules (pyconv._cpu always, pyconv._gpu when nvcc and cuBLAS are found),
     then import each one: a module that does not load fails the build, naming the missing symbol. Flags apply
     to this build only (a plain `invoke build` returns to the defaults)."""
     from pyconv.tools import build as b
 
     for path in b.build(build_dir=build_dir, debug=debug, clean_first=clean, jobs=jobs, cuda_arch=cuda_arch,
-                        portable=portable):
+                        portable=portable, student=student, targets=target):
         print(f"built and imported {path}")
 
 
@@ -126,17 +131,20 @@ def import_mxnet(c, symbol=None, params=None, name=None, input_size="48", force=
                     "a layer it cannot take is an error",
             "fallback": "with --impl: a layer the variant cannot take runs milestone 4's (else 3's) default instead",
             "posix": "print the `time -p` form (real/user/sys) instead of GNU time's default block",
-            "device": "m1 only: cpu, gpu or both", "gpus": "final only: number of GPUs or 'all'"})
+            "device": "m1 only: cpu, gpu or both", "gpus": "final only: number of GPUs or 'all'",
+            "student": "run the modules `invoke build --student DIR` built from DIR's new-forward.h / .cuh "
+                       "(name them with --impl cpu-student / gpu-student)",
+            "record": "write one JSON record of the run (per layer: variant, Op Time, check; Correctness) to FILE"})
 @user_errors
 def milestone(c, m=None, batch="10000", model="ece408", impl=None, fallback=False, posix=False, device="both",
-              gpus="1"):
+              gpus="1", student=None, record=None):
     """Run a course milestone: prints Op Time per conv layer and Correctness, logs a /usr/bin/time block."""
     from pyconv.tools import milestones
 
     if m is None:
         raise Exit("error: --m is required (1, 2, 3, 4 or final)", code=1)
     code = milestones.run(m, batch=batch, model=model, impl=impl, posix=posix, device=device, gpus=gpus,
-                          fallback=fallback)
+                          fallback=fallback, student=student, record=record)
     if code:
         raise Exit(code=code)
 
@@ -308,3 +316,63 @@ def report(c, json=None, out=None, readme=False):
     if readme:
         results = None if json is None else [(r.source_name(src), r.load(src)) for src in r.sources_of(json)]
         print(f"rewrote the benchmark summary of {r.update_readme(results)}")
+
+
+# --- teachers' tasks (left out of a student handout) ---
+
+
+@task(help={"submissions": "folder with one folder per team (its new-forward.h and/or new-forward.cuh, optionally "
+                           "members.txt with one name a line)",
+            "m": "milestone: 2 (new-forward.h, CPU), 3, 4 or final (new-forward.cuh, GPU); default 2",
+            "runs": "timed runs at the last batch; the fastest counts, as the course did (default 3)",
+            "batches": "Correctness batches, comma-separated, the last one timed (default 100,1000,10000)",
+            "model": "model the milestones run (default ece408)",
+            "sanitize": "also run the first batch under compute-sanitizer memcheck (GPU milestones)",
+            "cluster": "address of a running Ray cluster (default $RAY_ADDRESS; neither: an embedded local Ray)",
+            "grades": "folder for the records (default results/grades)",
+            "timeout_build": "wall-clock seconds for a team's build (default 900)",
+            "timeout_run": "wall-clock seconds for each milestone run (default 900)",
+            "memory_mb": "memory for each step, MiB, all its processes together (default 8192)",
+            "cuda_arch": "passed to each team's build (e.g. 90)",
+            "project": "testing the grader: a Python script standing in for the project's command line",
+            "keep": "keep each job's scratch folder (its build and logs) for inspection",
+            "jobs_cpus": "CPUs each job asks Ray for (default 1)"})
+@user_errors
+def grade(c, submissions=None, m="2", runs="3", batches=None, model="ece408", sanitize=False, cluster=None,
+          grades=None, timeout_build="900", timeout_run="900", memory_mb="8192", cuda_arch="", project=None,
+          keep=False, jobs_cpus="1"):
+    """Grade every team of a submissions folder at one milestone (on Ray): a JSON record each in results/grades/."""
+    from pyconv.tools import grade as g
+
+    code = g.grade(submissions, m=m, runs=runs, batches=batches, model=model, sanitize=sanitize, cluster=cluster,
+                   grades=grades, timeout_build=timeout_build, timeout_run=timeout_run, memory_mb=memory_mb,
+                   cuda_arch=cuda_arch, project=project, keep=keep, jobs_cpus=jobs_cpus)
+    if code:
+        raise Exit(code=code)
+
+
+@task(help={"grades": "folder of grade records (default results/grades)",
+            "m": "only this milestone (default: every milestone with records)",
+            "out": "folder for leaderboard-m<M>.md/.csv/.png (default: the grades folder)"})
+@user_errors
+def leaderboard(c, grades=None, m=None, out=None):
+    """The class's standings from the grade records: Markdown, CSV and PNG, ranked by the sum of Op Times."""
+    from pyconv.tools import grade as g
+    from pyconv.tools import leaderboard as lb
+
+    written = lb.write_leaderboard(Path(grades) if grades else g.DEFAULT_GRADES, milestone=m, out=out)
+    print("wrote " + ", ".join(str(p) for p in written))
+
+
+@task(help={"dest": "new folder for the student edition (must not exist or be empty)"})
+@user_errors
+def handout(c, dest=None):
+    """Write the student edition of this tree: skeletons in the student slots, no variant files, no grader."""
+    from pyconv.tools import handout as h
+
+    if dest is None:
+        raise Exit("error: --dest DIR is required (a new folder for the student edition)", code=1)
+    h.write_handout(dest)
+
+
+# --- end of teachers' tasks ---

@@ -65,6 +65,11 @@ class Variant:
         return Role("never", f"not a {self.device.upper()} variant")
 
     @property
+    def student(self) -> bool:
+        """A student's file (cpu-student, gpu-student): run, benchmarked and sanitized only when named."""
+        return is_student(self.name)
+
+    @property
     def pools(self) -> bool:
         """Writes tanh + max-pool 2/2 of the convolution (a layer that they follow only)."""
         return self.epilogue == "tanh-maxpool2"
@@ -143,6 +148,14 @@ def all_variants() -> list[Variant]:
     """Every variant this build has: CPU (with numpy) and, where pyconv._gpu is built, GPU."""
     c, g = native.optional("_cpu"), native.optional("_gpu")
     return [*(_registry(c) if c is not None else []), NUMPY, *(_registry(g) if g is not None else [])]
+
+
+STUDENT_VARIANTS = ("cpu-student", "gpu-student")
+
+
+def is_student(name: str) -> bool:
+    """The student slots' variants: on request everywhere (a bench or sanitize run takes them when named)."""
+    return name in STUDENT_VARIANTS
 
 
 def by_name(variants: Iterable[Variant]) -> dict[str, Variant]:

@@ -188,7 +188,7 @@ def test_sanitize_refuses_a_damaged_model_before_the_gpu(tmp_path):
     (["profile", "--m", "3", "--model", "no-such-model"], "unknown model 'no-such-model'"),
     (["milestone", "--m", "4", "--model", "no-such-model"], "unknown model 'no-such-model'"),
     (["milestone", "--m", "final", "--batch", "-3"], "got -3"),
-    (["milestone", "--m", "2", "--impl", "cpu-fastest"], "--impl must be one of cpu-naive, cpu-fast, numpy"),
+    (["milestone", "--m", "2", "--impl", "cpu-fastest"], "--impl must be one of cpu-naive, cpu-fast, cpu-student, numpy"),
     (["bench", "--cpu", "--batch", "0"], "batch must be an integer between 1 and 10000, got 0"),
     (["bench", "--cpu", "--batch", "abc"], "batch must be an integer between 1 and 10000, got 'abc'"),
     (["bench", "--cpu", "--reps", "x"], "--reps must be an integer >= 1, got 'x'"),

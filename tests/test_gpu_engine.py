@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from student_variants import skip_if_unstarted
 from gpu_helpers import (
     HAVE_GPU,
     clear_margin,
@@ -135,6 +136,7 @@ def variant_named(name: str) -> dict:
 @pytest.mark.parametrize("name", variant_ids())
 def test_variant_matches_reference_on_random_shapes(name):
     g, v = gpu(), variant_named(name)
+    skip_if_unstarted(name, g.conv)
     rng = np.random.default_rng(SEED)
     tested = 0
     for B, M, C, H, W, K in random_shapes(220, rng):
@@ -166,6 +168,7 @@ def batch_10000():
 @pytest.mark.parametrize("name", variant_ids())
 def test_variant_batch_1_and_10000(name, batch_10000):
     g, v = gpu(), variant_named(name)
+    skip_if_unstarted(name, g.conv)
     x, k, ref = batch_10000
     if g.why_unsupported(name, 10000, 1, 28, 28, 6, 5):
         pytest.skip(f"{name}: {g.why_unsupported(name, 10000, 1, 28, 28, 6, 5)}")
@@ -182,6 +185,7 @@ def test_variant_batch_1_and_10000(name, batch_10000):
 @pytest.mark.parametrize("name", variant_ids())
 def test_timing_functions_return_one_positive_time_per_rep(name):
     g = gpu()
+    skip_if_unstarted(name, g.conv)
     rng = np.random.default_rng(SEED + 2)
     x = rng.uniform(-1, 1, (8, 1, 48, 48)).astype(np.float32)
     k = rng.uniform(-1, 1, (6, 1, 5, 5)).astype(np.float32)
@@ -301,6 +305,7 @@ def test_fc_layers_in_tf32_stay_within_tf32_rounding():
 def test_network_predictions_equal_cpu_engine(name):
     from pyconv.engines.cpu import forward_cpu
 
+    skip_if_unstarted(name, gpu().conv)
     rng = np.random.default_rng(SEED + 4)
     model = random_model(rng, (1, 24, 24))
     x = rng.integers(0, 256, (1000, 1, 24, 24), dtype=np.uint8)

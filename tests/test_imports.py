@@ -22,6 +22,7 @@ LAYERS = [
     ("bench schema", ["pyconv.bench.schema"]),
     ("report", ["pyconv.report"]),
     ("bench", ["pyconv.bench"]),
+    ("grading", ["pyconv.grading"]),
     ("tools", ["pyconv.tools"]),
 ]
 

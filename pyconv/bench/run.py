@@ -90,10 +90,12 @@ def _check_count(value, what: str, low: int) -> int:
 
 
 def split_variants(wanted: str | None, gpu_names: list[str], cpu_names: list[str]) -> tuple[list[str], list[str]]:
-    """--variants a,b: the GPU and the CPU names among them (each list in registry order); no flag: all of both.
-    A part whose registry none of the names belongs to gets none."""
+    """--variants a,b: the GPU and the CPU names among them (each list in registry order); no flag: all of both
+    but the student's (cpu-student, gpu-student: on request). A part whose registry none of the names belongs to
+    gets none."""
     if not wanted:
-        return list(gpu_names), list(cpu_names)
+        return ([n for n in gpu_names if not registry.is_student(n)],
+                [n for n in cpu_names if not registry.is_student(n)])
     names = [w.strip() for w in str(wanted).split(",") if w.strip()]
     unknown = [n for n in names if n not in gpu_names and n not in cpu_names]
     if unknown or not names:

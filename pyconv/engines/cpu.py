@@ -32,22 +32,23 @@ def peak_bytes(model: Model, batch: int) -> int:
 def available_memory() -> int | None:
     """Bytes this process may still allocate: the kernel's MemAvailable, lowered by a cgroup's limit (v2, else
     v1) where one is set; None where neither can be read."""
-    from pathlib import Path
-
     found = []
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                found.append(int(line.split()[1]) * 1024)
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
     except (OSError, ValueError, IndexError):
         pass
     v1 = "/sys/fs/cgroup/memory/memory."
     for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
                          (v1 + "limit_in_bytes", v1 + "usage_in_bytes")):
         try:
-            text = Path(limit).read_text().strip()
+            with open(limit) as f:
+                text = f.read().strip()
             if text.isdigit():
-                found.append(int(text) - int(Path(usage).read_text().strip()))
+                with open(usage) as f:
+                    found.append(int(text) - int(f.read().strip()))
                 break
         except (OSError, ValueError):
             continue
@@ -80,11 +81,15 @@ class Result:
     labels: np.ndarray
     op_times: list[float] = field(default_factory=list)
     probabilities: np.ndarray | None = None
+    # forward_cpu(capture=indices): per conv layer, (its input, its output) for those images, taken after timing
+    captured: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
 
 
-def forward_cpu(model: Model, x: np.ndarray, impl: str | list[str]) -> Result:
+def forward_cpu(model: Model, x: np.ndarray, impl: str | list[str], capture: np.ndarray | None = None) -> Result:
     """Run `model` on x[B][C][H][W] (float32) with host convolution `impl` (one name, or one per conv layer);
-    each conv layer is timed alone."""
+    each conv layer is timed alone. capture: image indices whose conv inputs and outputs are kept (outside the
+    timed region) in Result.captured. A native convolution that fails (a student's CHECK) is a PyconvError naming
+    the layer and the variant."""
     impls = cpu_conv_impls()
     names = [impl] * len(model.convs) if isinstance(impl, str) else list(impl)
     if len(names) != len(model.convs):
@@ -96,6 +101,7 @@ def forward_cpu(model: Model, x: np.ndarray, impl: str | list[str]) -> Result:
         raise PyconvError(f"input images are {x.shape[1:]}, model '{model.name}' expects {model.input_shape}")
     a = np.ascontiguousarray(x, dtype=np.float32)
     op_times = []
+    captured: list[tuple[np.ndarray, np.ndarray]] = []
     convs = iter(names)
     for layer in model.layers:
         if layer.type == "conv":
@@ -111,9 +117,16 @@ def forward_cpu(model: Model, x: np.ndarray, impl: str | list[str]) -> Result:
             if name != NUMPY.name:
                 out = np.empty((b, layer.out_channels, h - kk + 1, w - kk + 1), np.float32)
                 out.fill(np.nan)
+            a_in = a
             t0 = time.perf_counter()
-            a = conv(a, layer.weight) if out is None else conv(a, layer.weight, out)
+            try:
+                a = conv(a, layer.weight) if out is None else conv(a, layer.weight, out)
+            except RuntimeError as e:
+                raise PyconvError(f"{layer.name or f'conv{len(op_times) + 1}'} ({name}): {' '.join(str(e).split())}"
+                                  ) from None
             op_times.append(time.perf_counter() - t0)
+            if capture is not None:
+                captured.append((a_in[capture].copy(), a[capture].copy()))
         elif layer.type in ACTIVATIONS:
             a = reference.activation(a, layer.type).astype(np.float32)
         elif layer.type == "pool":
@@ -126,11 +139,11 @@ def forward_cpu(model: Model, x: np.ndarray, impl: str | list[str]) -> Result:
             a = reference.softmax(a)
         else:  # validate() already refuses this; kept so a new layer type cannot be skipped silently
             raise PyconvError(f"engine: unsupported layer type '{layer.type}'")
-    return Result(labels=a.argmax(axis=1), op_times=op_times, probabilities=a)
+    return Result(labels=a.argmax(axis=1), op_times=op_times, probabilities=a, captured=captured)
 
 
-def run_plan(plan: Plan, model: Model, x: np.ndarray) -> Result:
+def run_plan(plan: Plan, model: Model, x: np.ndarray, capture: np.ndarray | None = None) -> Result:
     """A CPU plan (milestone 2) on the batch x (converted to float32, as the course's CPU path reads it)."""
     if plan.device != "cpu":
         raise PyconvError(f"a {plan.device.upper()} plan cannot run on the CPU")
-    return forward_cpu(model, x.astype(np.float32), plan.impls)
+    return forward_cpu(model, x.astype(np.float32), plan.impls, capture)

@@ -53,8 +53,8 @@ class GpuEngine:
                               f"{tuple(self.model.input_shape)}")
         try:
             r = self.net.forward(np.ascontiguousarray(x), list(impls), chunks, streams)
-        except ValueError as e:
-            raise PyconvError(str(e)) from None
+        except (ValueError, RuntimeError) as e:  # RuntimeError: a student's CHECK, or CUDA after their kernel
+            raise PyconvError(" ".join(str(e).split())) from None
         return GpuResult(labels=r["labels"], op_times=list(r["op_times"]), peak_bytes=r["peak_bytes"],
                          passes=r["passes"])
 

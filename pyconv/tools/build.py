@@ -94,7 +94,28 @@ def _cublas_root() -> Path | None:
     return None
 
 
-def configure_args(bdir: Path, debug: bool, portable: bool, cuda_arch: str) -> list[str]:
+STUDENT_FILES = ("new-forward.h", "new-forward.cuh")
+
+
+def student_folder(student: str) -> Path:
+    """A student's folder (a team's submission): it must exist and hold new-forward.h and/or new-forward.cuh."""
+    d = Path(student).expanduser().resolve()
+    if not d.is_dir():
+        raise PyconvError(f"--student {student!r}: {d} is not a folder")
+    if not any((d / f).is_file() for f in STUDENT_FILES):
+        raise PyconvError(f"--student {student!r}: {d} holds neither {' nor '.join(STUDENT_FILES)}")
+    return d
+
+
+def student_build_dir(student: str) -> Path:
+    """The build folder of a student's folder: build/student-<first 10 hex of sha1 of its absolute path>."""
+    import hashlib
+
+    d = student_folder(student)
+    return paths.ROOT / "build" / f"student-{hashlib.sha1(str(d).encode()).hexdigest()[:10]}"
+
+
+def configure_args(bdir: Path, debug: bool, portable: bool, cuda_arch: str, student: Path | None = None) -> list[str]:
     import pybind11
 
     args = ["cmake", "--no-warn-unused-cli", "-S", str(paths.ROOT), "-B", str(bdir),
@@ -106,6 +127,10 @@ def configure_args(bdir: Path, debug: bool, portable: bool, cuda_arch: str) -> l
         args.append(f"-DPYCONV_CUBLAS_ROOT={cublas}")
     # No --cuda-arch: drop an earlier one from the cache, so CMakeLists.txt's default applies again.
     args.append(f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}" if cuda_arch else "-UCMAKE_CUDA_ARCHITECTURES")
+    # A student build: the student's folder in the slots' place, the modules in the build folder (never pyconv/).
+    # Spelled out for the plain build too, so neither is kept from an earlier configure of the same folder.
+    args.append(f"-DPYCONV_STUDENT_DIR={student or paths.ROOT / 'native' / 'student'}")
+    args.append(f"-DPYCONV_MODULE_DIR={bdir if student else paths.ROOT / 'pyconv'}")
     return args
 
 
@@ -162,10 +187,12 @@ def import_failure(target: str, path: Path) -> str:
     return last
 
 
-def check_modules(bdir: Path) -> list[Path]:
-    """Import every module target; PyconvError naming the first that does not load and why."""
+def check_modules(bdir: Path, targets: list[str] | None = None) -> list[Path]:
+    """Import every module target (or those named); PyconvError naming the first that does not load and why."""
     built = []
     for target, path in module_artifacts(bdir):
+        if targets and target not in targets:
+            continue
         if not path.exists():
             raise PyconvError(f"the build reported success but {path} is missing")
         why = import_failure(target, path)
@@ -175,12 +202,21 @@ def check_modules(bdir: Path) -> list[Path]:
     return built
 
 
-def build(build_dir: str = "build", debug: bool = False, clean_first: bool = False, jobs="0", cuda_arch: str = "",
-          portable: bool = False) -> list[Path]:
-    """Configure (every flag spelled out), build, and import each module. Returns the modules' paths."""
+def build(build_dir: str | None = None, debug: bool = False, clean_first: bool = False, jobs="0", cuda_arch: str = "",
+          portable: bool = False, student: str | None = None, targets: str | None = None) -> list[Path]:
+    """Configure (every flag spelled out), build, and import each module. Returns the modules' paths.
+    student: a folder holding new-forward.h / new-forward.cuh, compiled as cpu-student / gpu-student into a build
+    folder of its own (default build/student-<hash of its path>), the modules written there (run them with
+    `invoke milestone --student DIR`). targets: 'a,b' builds only those CMake targets (e.g. _cpu)."""
     arch = check_cuda_arch(cuda_arch) if cuda_arch else ""
     n_jobs = check_jobs(jobs)
+    sdir = student_folder(student) if student else None
+    if build_dir is None:
+        build_dir = str(student_build_dir(student)) if student else "build"
     bdir = build_folder(build_dir)
+    if sdir is not None and bdir == build_folder("build"):
+        raise PyconvError("--student builds into a folder of its own: --build-dir must not be the project's build/")
+    wanted = [t.strip() for t in str(targets).split(",") if t.strip()] if targets else []
     if clean_first:
         clean(bdir)
     query = bdir / _FILE_API_QUERY
@@ -189,6 +225,7 @@ def build(build_dir: str = "build", debug: bool = False, clean_first: bool = Fal
         query.touch()
     except OSError as e:
         raise PyconvError(f"cannot create the build folder {bdir} ({e.strerror or e})") from None
-    _run(configure_args(bdir, debug, portable, arch), "CMake configure")
-    _run(["cmake", "--build", str(bdir), "--parallel", str(n_jobs)], "the build")
-    return check_modules(bdir)
+    _run(configure_args(bdir, debug, portable, arch, sdir), "CMake configure")
+    _run(["cmake", "--build", str(bdir), "--parallel", str(n_jobs), *(["--target", *wanted] if wanted else [])],
+         "the build")
+    return check_modules(bdir, wanted or None)

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +30,14 @@ from ..core.data import accuracy
 from ..core.errors import PyconvError, one_line
 from ..core.model import DEFAULT_MODEL, Model, load_model
 from ..plan import Plan, conv_sites, plan
-from . import profile_hook, timelog
+from ..bench import tags
+from . import layercheck, profile_hook, timelog
+
+
+def _device_name(m: str) -> str:
+    if m == "2":
+        return f"cpu: {tags.host_cpu()['model']}"
+    return native.gpu().device_info()["name"]
 
 MILESTONES = ("1", "2", "3", "4", "final")
 
@@ -40,10 +49,16 @@ def check_milestone(m) -> str:
     return m
 
 
-def print_result(op_times: list[float], accuracy: float, model_name: str) -> None:
-    for t in op_times:
-        print(f"Op Time: {t:.6f}")
-    print(f"Correctness: {accuracy:.4g} Model: {model_name}")
+def print_result(op_times: list[float], accuracy: float | None, model_name: str,
+                 names: list[str] | None = None, check_lines: list[str] | None = None) -> None:
+    """The course's lines: `Op Time: <seconds>` per conv layer (then the layer and its variant: the number stays
+    the third word), the layer check's lines, then Correctness."""
+    for i, t in enumerate(op_times):
+        print(f"Op Time: {t:.6f}" + (f" {names[i]}" if names else ""))
+    for line in check_lines or []:
+        print(line)
+    if accuracy is not None:
+        print(f"Correctness: {accuracy:.4g} Model: {model_name}", flush=True)
 
 
 def load_inputs(model: Model, batch: int) -> tuple[np.ndarray, np.ndarray]:
@@ -75,27 +90,49 @@ def explain(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = N
 
 
 def run_planned(m: str, model: Model, x: np.ndarray, labels: np.ndarray, impl: str | None = None, gpus: str = "1",
-                fallback: bool = False) -> None:
-    """Milestone 2, 3, 4 or final in this process: prints 'New Inference', one Op Time per conv layer and
-    Correctness."""
+                fallback: bool = False, record: layercheck.MilestoneRecord | None = None) -> bool:
+    """Milestone 2, 3, 4 or final in this process: prints 'New Inference', one Op Time per conv layer (with the
+    layer and its variant), the layer check (outside the timed region) and Correctness. Returns whether every
+    conv layer matched the reference on the sample; fills `record` as it goes."""
     if m == "2":
         from ..engines import cpu
 
         p = make_plan(m, model, len(x), impl)
+        if record is not None:
+            record.layers = [layercheck.LayerRecord(c.site.index, c.site.layer, c.variant) for c in p.layers]
+        rtols = {v.name: v.rtol for v in variants.cpu_variants()}
+        idx = layercheck.sample_indices(len(x))
         print("New Inference", flush=True)
-        res = cpu.run_plan(p, model, x)
-        print_result(res.op_times, accuracy(res.labels, labels), model.name)
-        return
-    from ..engines import gpu
+        res = cpu.run_plan(p, model, x, capture=idx)
+        checks = [layercheck.compare(y, xin, layer.weight, idx, rtols.get(c.variant, variants.DEFAULT_RTOL))
+                  for c, (xin, y), layer in zip(p.layers, res.captured, model.convs)]
+    else:
+        from ..engines import gpu
 
-    n_gpus = gpu.parse_gpus(gpus)
-    if n_gpus > 1 and m != "final":
-        raise PyconvError(f"--gpus {gpus}: only the final milestone runs on several GPUs")
-    p = make_plan(m, model, len(x), impl, fallback)
-    engine = gpu.engine_for(p, model, n_gpus)
-    print("New Inference", flush=True)
-    res = gpu.run_plan(p, engine, x)
-    print_result(res.op_times, accuracy(res.labels, labels), model.name)
+        n_gpus = gpu.parse_gpus(gpus)
+        if n_gpus > 1 and m != "final":
+            raise PyconvError(f"--gpus {gpus}: only the final milestone runs on several GPUs")
+        p = make_plan(m, model, len(x), impl, fallback)
+        if record is not None:
+            record.layers = [layercheck.LayerRecord(c.site.index, c.site.layer, c.variant) for c in p.layers]
+        engine = gpu.engine_for(p, model, n_gpus)
+        print("New Inference", flush=True)
+        res = gpu.run_plan(p, engine, x)
+        gv = variants.gpu_variants()
+        checks = layercheck.check_gpu_layers(model, x, p.layers, {v.name: v.rtol for v in gv},
+                                             {v.name: v.epilogue for v in gv})
+    acc = accuracy(res.labels, labels)
+    layers = [layercheck.LayerRecord(c.site.index, c.site.layer, c.variant, t, chk)
+              for c, t, chk in zip(p.layers, res.op_times, checks)]
+    bad = [r for r in layers if not r.check.ok]
+    n = len(layercheck.sample_indices(len(x)))
+    lines = ([f"error: {layercheck.failure_line(r)}" for r in bad] if bad else
+             [f"Layer check: {len(layers)} conv layer(s) match the reference on {n} images (first and last)"])
+    print_result(res.op_times, acc, model.name, [f"{c.site.layer} {c.variant}" for c in p.layers], lines)
+    if record is not None:
+        record.layers, record.correctness = layers, float(acc)
+        record.exit_reason = "layer check failed" if bad else "ok"
+    return not bad
 
 
 def _child(argv: list[str]) -> int:
@@ -107,7 +144,9 @@ def _child(argv: list[str]) -> int:
     p.add_argument("--device", default="both")
     p.add_argument("--gpus", default="1")
     p.add_argument("--fallback", action="store_true")
+    p.add_argument("--record", default=None)
     a = p.parse_args(argv)
+    rec = None
     trace = profile_hook.child_start()  # only with PYCONV_PROFILE set (`invoke profile`): CUPTI-trace this process
     try:
         m, batch = check_milestone(a.m), check_batch(a.batch)
@@ -122,21 +161,75 @@ def _child(argv: list[str]) -> int:
 
             run_m1(model, x, labels, device=a.device)
         else:
-            run_planned(m, model, x, labels, impl=a.impl, gpus=a.gpus, fallback=a.fallback)
-    except PyconvError as e:
+            if a.record:
+                rec = layercheck.MilestoneRecord(m, model.name, model.digest(), batch, _device_name(m),
+                                                 commit=tags.git_commit(), date=tags.utc_now())
+            if not run_planned(m, model, x, labels, impl=a.impl, gpus=a.gpus, fallback=a.fallback, record=rec):
+                return 1
+    except (PyconvError, RuntimeError) as e:  # RuntimeError: a native module's own error, one line too
         print(f"error: {one_line(e)}", flush=True)
+        if rec is not None:
+            rec.exit_reason = one_line(e)
         return 2
     finally:
+        if rec is not None:
+            rec.write(a.record)
         # Flush the trace while the CUDA context and the modules are alive, not from an exit handler.
         profile_hook.child_finish(trace)
     return 0
 
 
+def student_native_dir(student: str, m: str) -> Path:
+    """The build folder `invoke build --student DIR` wrote DIR's modules to; one line when the module this
+    milestone needs is not there."""
+    from .build import student_build_dir
+
+    bdir = student_build_dir(student)
+    name = "_cpu" if m == "2" else "_gpu"
+    if native._file_of(name, bdir) is None:
+        raise PyconvError(f"--student {student}: no {name} module built for it in {bdir}: "
+                          f"run `invoke build --student {student}` first")
+    return bdir
+
+
+def provenance(m: str, model: Model, p: Plan | None, argv: Sequence[str] | None = None,
+               student_dir: Path | None = None) -> list[str]:
+    """The log's header: what ran, from which tree, where, on which weights, with which variant per layer."""
+    cpu = tags.host_cpu()
+    lines = [f"command: {' '.join(shlex.quote(a) for a in (argv if argv is not None else sys.argv))}",
+             f"commit: {tags.git_commit()}", f"date: {tags.utc_now()}",
+             f"host CPU: {cpu['model']} ({cpu['cores']} cores)"]
+    if m not in ("1", "2"):
+        info = native.gpu().device_info()
+        lines.append(f"GPU: {info['name']}; driver {tags.nvidia_driver() or 'unknown'}")
+    lines.append(f"model: {model.name} (digest {model.digest()})")
+    if student_dir is not None:
+        lines.append(f"native modules: {student_dir} (invoke build --student)")
+    if p is not None:
+        lines += [f"plan: {line}" for line in p.lines()]
+    return [f"# {line}" for line in lines]
+
+
 def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None, posix: bool = False,
-        device: str = "both", gpus: str = "1", env: dict | None = None, fallback: bool = False) -> int:
-    """Validate, then run the milestone in a child under the /usr/bin/time-style logger. Returns the exit code."""
+        device: str = "both", gpus: str = "1", env: dict | None = None, fallback: bool = False,
+        student: str | None = None, record: str | None = None) -> int:
+    """Validate, then run the milestone in a child under the /usr/bin/time-style logger. Returns the exit code.
+    student: run the modules `invoke build --student DIR` built (PYCONV_NATIVE_DIR for the child). record: the
+    child writes one JSON record of the run there (pyconv.tools.layercheck.MilestoneRecord)."""
     m = check_milestone(m)
     batch = check_batch(batch)
+    sdir = None
+    if student is not None:
+        if m == "1":
+            raise PyconvError("--student: milestone 1 runs PyTorch's convolutions, not a student's")
+        sdir = student_native_dir(student, m)
+    if record is not None:
+        if m == "1":
+            raise PyconvError("--record: milestone 1 has no plan to record (record 2, 3, 4 or final)")
+        from ..core.fileio import check_writable
+
+        check_writable(Path(record), "--record")
+        record = str(Path(record).resolve())
     loaded = load_model(model)  # fail here, in one line, before starting a child
     if m == "2" and impl is not None:
         make_plan(m, loaded, batch, impl)  # an --impl milestone 2 cannot run: one line here
@@ -148,6 +241,8 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
 
         check_memory(peak_bytes(loaded, batch), f"milestone 2 on model '{loaded.name}' at batch {batch}")
     env = paths.python_env(env)
+    if sdir is not None:
+        env = {**env, native.ENV_DIR: str(sdir)}
     if m in ("3", "4", "final"):
         native.gpu()  # no GPU or no CUDA build: one line here rather than a failing child
         if impl is not None:
@@ -160,13 +255,19 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
         argv += ["--impl", impl]
     if fallback:
         argv.append("--fallback")
+    if record:
+        argv += ["--record", record]
+    try:
+        header = "\n".join(provenance(m, loaded, make_plan(m, loaded, batch, impl, fallback), student_dir=sdir))
+    except PyconvError as e:
+        header = f"# provenance incomplete: {one_line(e)}"
     tag = f"m{m}-{Path(model).stem}-b{batch}" + (f"-{impl}" if impl else "")
     timelog.check_log_folder(tag)
     if m != "2":
         # CUDA loads kernels lazily by default: the first launch of each would load its module inside the
         # timed convolution. Load them when the context is created instead (the user's own choice wins).
         env = {"CUDA_MODULE_LOADING": os.environ.get("CUDA_MODULE_LOADING", "EAGER"), **env}
-    code, log, _ = timelog.run_timed(argv, tag=tag, posix=posix, env=env)
+    code, log, _ = timelog.run_timed(argv, tag=tag, posix=posix, env=env, header=header + "\n")
     print(f"log: {log}")
     return code
 

@@ -112,7 +112,7 @@ def check_log_folder(tag: str) -> None:
 
 
 def run_timed(argv: list[str], tag: str, posix: bool = False, env: dict | None = None,
-              echo=None) -> tuple[int, Path, TimeRecord]:
+              echo=None, header: str = "") -> tuple[int, Path, TimeRecord]:
     """Run argv as a child, echo its output live, then print and log the time block.
 
     Returns (exit status, log path, record). The log holds the program's output followed by the time block;
@@ -141,5 +141,5 @@ def run_timed(argv: list[str], tag: str, posix: bool = False, env: dict | None =
     echo.write(block + "\n")
     echo.flush()
     path = log_path(tag, proc.pid)
-    write_text_atomic(path, "".join(captured) + block + "\n")
+    write_text_atomic(path, header + "".join(captured) + block + "\n")
     return code, path, rec

@@ -1,0 +1,83 @@
+"""A team's variant against the reference at the test shapes: `python -m pyconv.grading.shapes --m M --record F`.
+
+Runs in a grading job after the build, with PYCONV_NATIVE_DIR naming the team's build folder, so the variant
+checked is the team's cpu-student (milestone 2) or gpu-student (3, 4, final). The shapes are every conv layer of
+the course's four networks (a small batch: the layer checks of the milestone runs cover the full batch) and the
+edge cases a kernel written for those layers may get wrong: K = 1, K = H = W, odd and non-square sizes, one
+output channel, more channels than a tile. The check is the project's one verify harness (pyconv.verify: random
+non-zero inputs, a NaN-poisoned output, atol + rtol*|ref|). Prints one line per shape, writes the record
+{"variant", "shapes": [{"shape", "ok", "why", "max_abs_err"}]} and exits 1 when any shape fails."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EDGE_SHAPES = (  # (B, C, H, W, M, K)
+    (1, 1, 1, 1, 1, 1), (1, 1, 5, 5, 1, 5), (2, 3, 7, 9, 1, 7), (2, 5, 9, 17, 3, 1), (3, 2, 13, 6, 5, 6),
+    (1, 12, 33, 33, 24, 7), (2, 1, 40, 31, 7, 3), (1, 20, 18, 18, 33, 5),
+)
+COURSE_BATCH = 4
+
+
+def course_shapes() -> list[tuple[int, ...]]:
+    from ..core.archs import ARCHS
+
+    out = []
+    for arch in ARCHS.values():
+        c, size = 1, arch.input_size
+        for i, (m, k) in enumerate(arch.convs):
+            out.append((COURSE_BATCH, c, size, size, m, k))
+            c, size = m, size - k + 1
+            if i == 0 or arch.pool_after_conv2:
+                size //= 2
+    return out
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m pyconv.grading.shapes")
+    p.add_argument("--m", required=True)
+    p.add_argument("--record", required=True)
+    a = p.parse_args(argv)
+    import numpy as np
+
+    from .. import native, variants, verify
+    from ..core.errors import PyconvError
+    from .job import student_variant
+
+    name = student_variant(a.m)
+    results = []
+    try:
+        if a.m == "2":
+            mod, registry = native.cpu(), variants.cpu_variants(with_reference=False)
+        else:
+            mod, registry = native.gpu(), variants.gpu_variants()
+        variant = variants.find(registry, name)
+    except PyconvError as e:
+        print(f"error: {e}", flush=True)
+        return 2
+    rng = np.random.default_rng(408)
+    for shape in [*course_shapes(), *EDGE_SHAPES]:
+        why = variant.why_unsupported(shape)
+        if why:  # the student variant refuses only what 32-bit indexing cannot address: none of these
+            entry = {"shape": list(shape), "ok": False, "why": f"refused: {why}", "max_abs_err": None}
+        else:
+            try:
+                c = verify.check_variant(mod.conv, variant, shape, rng)
+            except (RuntimeError, ValueError, MemoryError) as e:  # the team's CHECK, a CUDA error, bad_alloc
+                print(f"error: {name} at B={shape[0]} C={shape[1]} H={shape[2]} W={shape[3]} M={shape[4]} "
+                      f"K={shape[5]}: {type(e).__name__}: {e}", flush=True)
+                return 1
+            entry = {"shape": list(shape), "ok": c.passed, "why": c.why, "max_abs_err": c.max_abs_err}
+        results.append(entry)
+        b, ch, h, w, m, k = shape
+        print(f"{name} B={b} C={ch} H={h} W={w} M={m} K={k}: " + ("ok" if entry["ok"] else entry["why"]),
+              flush=True)
+    Path(a.record).write_text(json.dumps({"variant": name, "shapes": results}))
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,114 @@
+"""`invoke handout --dest DIR`: the student edition of this tree, as the course handed out its project folder.
+
+The handout is the committed tree (HEAD, through `git archive`: nothing uncommitted, nothing git-ignored) without
+the assignment's answers and the teachers' tools:
+- every variant file: native/cpu/kernels/ and native/cuda/kernels/ (cpu-naive, cpu-fast, gpu-baseline and the
+  optimised ladder). The student slots native/student/new-forward.h and .cuh are then the only variants, and the
+  milestones take them by default (the rule: the first Default variant present, else the student's);
+- the finished student files kept as test fixtures, and the grader's fixture teams;
+- the grader (pyconv/grading/, this module, grade and leaderboard) with its tests, and its block of tasks.py.
+It is written as a new git repository with one commit, so that students can diff their work against it.
+The slots must hold the course's skeletons: a tree whose committed slot holds a solution is refused."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+from ..core import paths
+from ..core.errors import PyconvError
+
+# Paths (a trailing / is a folder) that a handout leaves out, with why.
+LEFT_OUT = (
+    # the assignment's answers: every variant file, CPU and GPU
+    "native/cpu/kernels/",
+    "native/cuda/kernels/",
+    # finished student files kept as fixtures (ours, and the grader's teams)
+    "tests/fixtures/student/",
+    "tests/fixtures/teams/",
+    "tests/fixtures/gpu-teams/",
+    "tests/fixtures/safety/",
+    "tests/fixtures/fake_project/",
+    # the teachers' tools and their tests
+    "pyconv/grading/",
+    "pyconv/tools/grade.py",
+    "pyconv/tools/leaderboard.py",
+    "pyconv/tools/handout.py",
+    "tests/test_grade.py",
+    "tests/test_grade_cluster.py",
+    "tests/test_grade_safety.py",
+    "tests/test_grade_project.py",
+    "tests/test_handout.py",
+)
+SLOTS = ("native/student/new-forward.h", "native/student/new-forward.cuh")
+SKELETON_MARK = "Remove this line and replace"
+# tasks.py's teachers' tasks sit between these two lines; the handout's tasks.py ends before them
+TASKS_BEGIN = "# --- teachers' tasks (left out of a student handout) ---"
+TASKS_END = "# --- end of teachers' tasks ---"
+
+
+def left_out(path: str) -> bool:
+    return any(path == p or (p.endswith("/") and path.startswith(p)) for p in LEFT_OUT)
+
+
+def strip_teacher_tasks(text: str) -> str:
+    if TASKS_BEGIN not in text:
+        return text
+    head, rest = text.split(TASKS_BEGIN, 1)
+    tail = rest.split(TASKS_END, 1)[1] if TASKS_END in rest else ""
+    return head.rstrip() + "\n" + tail.lstrip("\n")
+
+
+def _git(root: Path, *args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=300, **kw)
+
+
+def write_handout(dest, root: Path = paths.ROOT, say=print) -> Path:
+    if dest is None:
+        raise PyconvError("give the folder to write the handout into: invoke handout --dest DIR")
+    dest = Path(dest).resolve()
+    if dest.exists() and any(dest.iterdir()):
+        raise PyconvError(f"{dest} exists and is not empty: the handout goes into a new folder")
+    if dest == root or root in dest.parents:
+        raise PyconvError(f"{dest} is inside the project's tree: write the handout somewhere else")
+    head = _git(root, "rev-parse", "--short=12", "HEAD", text=True)
+    if head.returncode:
+        raise PyconvError(f"{root} is not a git checkout: the handout is made from its committed tree")
+    archive = _git(root, "archive", "--format=tar", "HEAD")
+    if archive.returncode:
+        raise PyconvError(f"git archive failed: {archive.stderr.decode(errors='replace').strip()}")
+    kept, dropped = 0, 0
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        # files and links only: their folders are made as needed, so a folder left out leaves no empty husk
+        # (an empty pyconv/grading/ would import as a namespace package)
+        members = [m for m in tar.getmembers() if m.isfile() or m.issym()]
+        names = {m.name for m in members if m.isfile()}
+        for slot in SLOTS:
+            if slot not in names:
+                raise PyconvError(f"{slot} is not in the committed tree: the handout needs the student slots")
+            if SKELETON_MARK not in tar.extractfile(slot).read().decode(errors="replace"):
+                raise PyconvError(f"the committed {slot} is not the course's skeleton (no '{SKELETON_MARK}...'): "
+                                  "a handout must not carry a solution")
+        dest.mkdir(parents=True, exist_ok=True)
+        for m in members:
+            if left_out(m.name):
+                dropped += m.isfile()
+                continue
+            tar.extract(m, dest, filter="tar") if hasattr(tarfile, "data_filter") else tar.extract(m, dest)
+            kept += m.isfile()
+    tasks = dest / "tasks.py"
+    tasks.write_text(strip_teacher_tasks(tasks.read_text()))
+    commit = head.stdout.strip()
+    env = {**os.environ, "GIT_AUTHOR_NAME": "pyconv handout", "GIT_AUTHOR_EMAIL": "handout@pyconv",
+           "GIT_COMMITTER_NAME": "pyconv handout", "GIT_COMMITTER_EMAIL": "handout@pyconv"}
+    for args in (["init", "-q"], ["add", "-A"],
+                 ["commit", "-q", "-m", f"pyconv, student edition (from {commit})"]):
+        r = subprocess.run(["git", "-C", str(dest), *args], capture_output=True, text=True, env=env, timeout=300)
+        if r.returncode:
+            raise PyconvError(f"git {args[0]} in {dest} failed: {r.stderr.strip()}")
+    say(f"wrote the student edition of {commit} to {dest}: {kept} files, {dropped} left out "
+        "(variant files, finished student files, the grader)")
+    return dest
