@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pytest
 from gpu_helpers import HAVE_GPU, random_model, requires_gpu
+from student_variants import SKELETON
 
 from pyconv import native, variants, verify
 from pyconv.bench import cpu_layers, goals, gpu_layers, roofline, sites, tags, timing
@@ -317,13 +318,17 @@ def test_cpu_bench_on_a_tiny_model(tmp_path, rng):
     assert sorted({(r["layer"], r["variant"]) for r in ours}) == sorted(
         (layer, n) for layer in ("conv1", "conv2") for n in names)
     for r in ours:
+        if r["variant"] == "cpu-student" and "check" not in r:
+            # The slot still holds the course's skeleton: its CHECK is recorded, the other variants still run.
+            assert SKELETON.search(r["skipped"]), r["skipped"]
+            continue
         assert r["check"]["passed"] and r["B"] == 6 and r["s"]["reps"] == 2 and r["s"]["median"] > 0
     assert {(r["C"], r["H"], r["M"], r["K"]) for r in ours} == {(1, 14, 4, 5), (4, 5, 8, 3)}
     torch_rows = [r for r in data["cpu"] if r["variant"].startswith("pytorch")]
     if data["torch"] is None:
         assert not torch_rows
     else:
-        assert len(torch_rows) == 2 and all("x_torch" in r for r in ours)
+        assert len(torch_rows) == 2 and all("x_torch" in r for r in ours if "s" in r)
     assert [g["name"] for g in data["goals"]] == ["cpu-fast sp19 conv1 (batch 10000)",
                                                   "cpu-fast sp19 conv2 (batch 10000)"]
     assert all(g["met"] is None for g in data["goals"])  # the tiny model has no sp19 layer

@@ -193,10 +193,11 @@ def mutate_bytes(blob: bytes, edit: dict, hot: list[int] | None = None) -> bytes
 
 # ------------------------------------------------------------------------------------------- model files
 @pytest.fixture(scope="module")
-def model_blob(tmp_path_factory) -> bytes:
+def model_blob(tmp_path_factory) -> Path:
+    """The base model file (a path: Hypothesis prints a failing example's arguments, and bytes would flood it)."""
     path = tmp_path_factory.mktemp("model") / "base.h5"
     save_model(random_model(np.random.default_rng(11), (1, 28, 28), name="fuzz"), path)
-    return path.read_bytes()
+    return path
 
 
 H5_VALUES = st.one_of(st.sampled_from(HUGE_INTS[:8]), st.floats(allow_nan=True), st.sampled_from(HOSTILE_TEXT),
@@ -267,7 +268,7 @@ def test_fuzz_model_files(model_worker, model_blob, edit, listing):
     shutil.rmtree(scratch / "datasets", ignore_errors=True)
     path = scratch / "input" / "fuzz.h5"
     path.parent.mkdir(exist_ok=True)
-    path.write_bytes(model_blob)
+    shutil.copy(model_blob, path)
     mutate_model(path, edit)
     if listing:
         imported.mkdir(parents=True)
@@ -306,13 +307,24 @@ def params_blob(arrays: dict) -> tuple[bytes, list[int]]:
     return bytes(out), hot
 
 
+class Checkpoint:
+    """The base checkpoint: symbol graph, .params bytes and their header fields' offsets (a short repr: Hypothesis
+    prints a failing example's arguments)."""
+
+    def __init__(self):
+        from test_mxnet_import import lenet
+
+        arrays, nodes = lenet(np.random.default_rng(3))
+        self.blob, self.hot = params_blob(arrays)
+        self.graph = {"nodes": nodes, "arg_nodes": [], "heads": [[len(nodes) - 1, 0, 0]]}
+
+    def __repr__(self):
+        return "Checkpoint(lenet, seed 3)"
+
+
 @pytest.fixture(scope="module")
 def checkpoint():
-    from test_mxnet_import import lenet
-
-    arrays, nodes = lenet(np.random.default_rng(3))
-    blob, hot = params_blob(arrays)
-    return {"nodes": nodes, "arg_nodes": [], "heads": [[len(nodes) - 1, 0, 0]]}, blob, hot
+    return Checkpoint()
 
 
 @pytest.fixture
@@ -351,7 +363,7 @@ def mutate_symbol(graph: dict, edit: dict) -> bytes:
 @fuzz_settings(120)
 def test_fuzz_mxnet_checkpoints(import_worker, checkpoint, target, sym_edit, params_edit):
     """`invoke import-mxnet` on a mutated symbol or .params file: a model file, or one line and no file."""
-    graph, blob, hot = checkpoint
+    graph, blob, hot = checkpoint.graph, checkpoint.blob, checkpoint.hot
     scratch = import_worker.scratch
     shutil.rmtree(scratch / "datasets", ignore_errors=True)
     inputs = scratch / "input"
