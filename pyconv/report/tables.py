@@ -486,7 +486,8 @@ def ladder_plot(layer: LayerResult, gpu: str, dest: Path) -> tuple[Path, bytes]:
     def bar(x: float, v: float, colour: str, label: str) -> None:
         ax.bar(x, v, width, color=colour, label=None if label in labelled else label)
         labelled.add(label)
-        ax.text(x, v * 1.08, num(v), ha="center", va="bottom", fontsize=6, rotation=90)
+        ax.text(x, v * 1.08, num(v), ha="center", va="bottom", fontsize=6, rotation=90,
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.3, "alpha": 0.8})  # legible over lines
         values.append(v)
 
     missing = []
