@@ -73,6 +73,9 @@ def test_without_nvbench_the_file_records_cuda_events_and_why(monkeypatch):
     monkeypatch.setattr(nvbench, "available", lambda: (True, "0.3.0"))
     jobs, timing_settings = bench.timing_method(lines.append)
     assert jobs == [] and timing_settings["method"] == "nvbench" and timing_settings["version"] == "0.3.0"
+    monkeypatch.setenv("PYCONV_TIMING", "cuda-events")
+    jobs, timing_settings = bench.timing_method(lines.append)
+    assert jobs is None and timing_settings == {"method": "cuda-events", "why": "PYCONV_TIMING=cuda-events"}
 
 
 def test_events_rows_carry_their_noise():

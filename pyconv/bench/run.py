@@ -114,7 +114,10 @@ def _registries() -> tuple[list[Variant], list[Variant]]:
 def timing_method(echo: Callable[[str], None]) -> tuple[list | None, dict]:
     """How GPU op times are taken: NVBench where cuda-bench runs (a list to collect its jobs in), else CUDA events
     (None), with the settings recorded in the bench file."""
-    ok, why = nvbench.available()
+    if os.environ.get("PYCONV_TIMING") == "cuda-events":  # to compare the two methods, or where NVBench fails
+        ok, why = False, "PYCONV_TIMING=cuda-events"
+    else:
+        ok, why = nvbench.available()
     if ok:
         return [], dict(nvbench.settings(), version=why)
     echo(f"NVBench unavailable ({why}): timing with CUDA events")
