@@ -290,15 +290,17 @@ def sanitize(c, tools=None, variants=None, milestone="3", model=None, batch="64"
             "end_to_end": "time the whole network (resident, pinned, pageable) against PyTorch + cuDNN",
             "out": "JSON to write (default results/bench-<gpu-slug>-<date>.json, or bench-cpu-<cpu>-<date>.json)",
             "variants": "only these variants, comma-separated (GPU and/or CPU registry names)",
-            "gpus": "--end-to-end: also measure scaling over 1..N GPUs (N or 'all'; default 1)"})
+            "gpus": "--end-to-end: also measure scaling over 1..N GPUs (N or 'all'; default 1)",
+            "compiled": "--end-to-end: models also timed against torch.compile max-autotune (FP32, TF32, fp16 "
+                        "channels_last; minutes of compilation each): names, 'all' or 'none' (default ece408)"})
 @user_errors
 def bench(c, model=None, batch=None, reps=None, warmup=None, cpu=False, gpu=False, end_to_end=False, out=None,
-          variants=None, gpus="1"):
+          variants=None, gpus="1", compiled=None):
     """Every variant on every conv layer: op time, GFLOP/s, GB/s, % of roofline, x cuDNN; JSON under results/."""
     from pyconv.bench import run as b
 
     b.run(model=model, batch=batch, reps=reps, warmup=warmup, cpu=cpu, gpu=gpu, end_to_end=end_to_end, out=out,
-          variants=variants, gpus=gpus)
+          variants=variants, gpus=gpus, compiled=compiled)
 
 
 @task(help={"json": "bench JSON file(s) to report on, comma-separated (default: every bench-*.json in results/ for "

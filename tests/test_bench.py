@@ -59,7 +59,9 @@ def test_rates_and_percent_of_roofline():
 
 def test_stats():
     s = timing.stats([5.0, 1.0, 3.0, 2.0, 4.0])
-    assert s == {"median": 3.0, "min": 1.0, "p90": pytest.approx(4.6), "reps": 5}
+    # mean 3.0; sample standard deviation sqrt(2.5) = 1.581: noise 52.7 %
+    assert s == {"median": 3.0, "min": 1.0, "p90": pytest.approx(4.6), "reps": 5, "mean": 3.0,
+                 "noise_pct": pytest.approx(2.5**0.5 / 3.0 * 100)}
     with pytest.raises(PyconvError):
         timing.stats([])
 
@@ -276,9 +278,9 @@ def test_json_is_written_atomically_and_only_as_the_schema_says(tmp_path, monkey
 
     monkeypatch.setattr(tags.json, "dumps", boom)
     with pytest.raises(RuntimeError):
-        tags.write_json(dict(doc, commit="x"), dest)
-    assert json.loads(dest.read_text()) == doc  # the old file, whole
-    assert [p.name for p in dest.parent.iterdir()] == ["bench-x.json"]  # no temporary left behind
+        tags.write_json(dict(doc, commit="x"), dest.with_name("bench-y.json"))
+    assert json.loads(dest.read_text()) == doc
+    assert [p.name for p in dest.parent.iterdir()] == ["bench-x.json"]  # no temporary, no half bench-y.json
 
 
 def test_architecture_names_give_the_course_shapes():

@@ -62,7 +62,14 @@ def synthetic_result() -> dict:
             "pytorch": {"resident_ms": timing.batch_stats([4.0], 10000), "pinned_ms": timing.batch_stats([6.0], 10000),
                         "pageable_ms": timing.batch_stats([7.0], 10000), "correctness": 0.8397,
                         "peak_device_bytes": 900 * 2**20},
-            "x_pytorch": {"resident_ms": 5.0, "pinned_ms": 6.0 / 1.3, "pageable_ms": 3.5}}]
+            "x_pytorch": {"resident_ms": 5.0, "pinned_ms": 6.0 / 1.3, "pageable_ms": 3.5},
+            "copy_floor_ms": timing.batch_stats([0.4], 10000),
+            "yardsticks": [{"name": "compiled-fp32", "mode": "max-autotune", "compile_s": 95.0,
+                            "resident_ms": timing.batch_stats([1.0], 10000),
+                            "pinned_ms": timing.batch_stats([1.6], 10000), "correctness": 0.8397,
+                            "labels_moved": 0},
+                           {"name": "compiled-fp16-channels-last", "mode": "max-autotune",
+                            "error": "unavailable: RuntimeError: Cannot find a working triton installation"}]}]
     result = {"format": FORMAT, "version": VERSION, "parts": ["gpu", "cpu", "end_to_end"],
               "date": "2000-01-01T00:00:00+00:00", "commit": "0" * 40 + "-synthetic",
               "host_cpu": {"model": "Synthetic CPU", "cores": 2},
@@ -95,7 +102,9 @@ def test_report_page_and_plots(bench_json, tmp_path):
                  "unsupported: needs C >= 4", "cpu-fast", "pytorch 9.9", "End to end", "Goals",
                  "sp19 total conv op time"):
         assert text in page, text
-    assert [p.name for p in pngs] == ["report-gpu-op-time.png", "report-gpu-roofline.png", "report-cpu-op-time.png"]
+    assert [p.name for p in pngs] == ["report-ladder-synthetic-conv1-b10000.png",
+                                      "report-ladder-synthetic-conv2-b10000.png", "report-gpu-roofline.png",
+                                      "report-cpu-op-time.png"]
     import matplotlib.image
 
     for p in pngs:
@@ -113,7 +122,9 @@ def test_ladder_numbers_come_from_the_json():
     # x cuDNN (fused) 2.5 / 2.3 = 1.09
     row = next(line for line in md.splitlines() if line.startswith("| gpu-baseline | 0 | 2.10 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[8] == "1.0" and cells[9] == "2.30" and cells[10] == "1.1"
+    assert cells[10] == "1.0" and cells[11] == "2.30" and cells[12] == "1.1"
+    # noise: the relative standard deviation of [2.0, 2.2] (ddof 1), 0.1414 / 2.1 = 6.7 %; no warm time (events)
+    assert cells[5] == "6.7" and cells[6] == "-"
     # the fused variant: 0.09 ms median of [0.09, 0.099] = 0.0945; x cuDNN (conv+tanh+pool) 2.5 / 0.0945
     fused = next(line for line in md.splitlines() if line.startswith("| gpu-fused-tanh-pool (conv+tanh+pool)"))
     assert "| 0.0945 |" in fused and f"| {report.num(2.5 / 0.0945, 2)} |" in fused
@@ -144,7 +155,7 @@ def test_text_tables_are_aligned():
     block = text.split("\n\n")[1].splitlines()  # the first ladder table
     header, rule, rows = block[1], block[2], block[3:]
     starts = [i for i, ch in enumerate(rule) if ch == "-" and (i == 0 or rule[i - 1] == " ")]
-    assert len(starts) == len(re.split(r"\s{2,}", header.strip())) == 12
+    assert len(starts) == len(re.split(r"\s{2,}", header.strip())) == 14
     for line in [header, *rows[:4]]:
         for s in starts[1:]:
             assert line[s - 1] == " " and line[s] != " ", (line, s)
@@ -279,4 +290,5 @@ def test_the_page_shows_every_bench_file_newest_first(tmp_path):
     dest, pngs = report.write_report(f"{folder / 'bench-b.json'},{folder / 'bench-a.json'}", tmp_path / "r.md")
     page = dest.read_text()
     assert page.index("(`results/bench-b.json`)") < page.index("(`results/bench-a.json`)")
-    assert {p.name for p in pngs} >= {"r-bench-a-gpu-op-time.png", "r-bench-b-gpu-op-time.png"}
+    assert {p.name for p in pngs} >= {"r-bench-a-ladder-synthetic-conv1-b10000.png",
+                                      "r-bench-b-ladder-synthetic-conv1-b10000.png"}

@@ -158,6 +158,32 @@ PYBIND11_MODULE(_gpu, m) {
       "Like time_conv, for conv + tanh + max-pool 2/2: a variant with the tanh-maxpool2 epilogue is its one\n"
       "launch; any other is timed with the shared tanh and pooling kernels after it.");
 
+  py::class_<StagedConv>(m, "StagedConv",
+                         "A variant with its inputs uploaded once, launched on a stream the caller owns: what\n"
+                         "an external harness (NVBench) times. Construction runs the work once and waits.")
+      .def(py::init([](const std::string& name, const py::array& x, const py::array& k, bool tanh_pool) {
+             const ConvShape s = conv_shape_of(x, k);
+             const GpuConvVariant& v = checked_gpu_variant(name, s);
+             if (tanh_pool && (s.Ho() < 2 || s.Wo() < 2))
+               throw std::invalid_argument("StagedConv: conv + tanh + pool needs a conv output >= 2x2");
+             require_gpu();
+             const float* xp = static_cast<const float*>(x.data());
+             const float* kp = static_cast<const float*>(k.data());
+             py::gil_scoped_release release;
+             return std::make_unique<StagedConv>(v, s, xp, kp, tanh_pool);
+           }),
+           py::arg("name"), py::arg("x"), py::arg("k"), py::arg("tanh_pool") = false,
+           "x, k: host arrays (float32, C-contiguous), uploaded once; tanh_pool: conv + tanh + max-pool 2/2 as\n"
+           "time_conv_tanh_pool runs it. ValueError on bad arrays or an unsupported shape.")
+      .def(
+          "launch",
+          [](const StagedConv& self, uintptr_t stream) {
+            py::gil_scoped_release release;
+            self.launch(reinterpret_cast<cudaStream_t>(stream));
+          },
+          py::arg("stream"),
+          "Queue the work on the raw cudaStream_t `stream` (an integer address; 0 is the legacy stream).");
+
   m.def(
       "measure_copy_bandwidth",
       [](size_t nbytes, int reps) {

@@ -68,7 +68,8 @@ def _measure_ours(model: Model, p: Plan, x: np.ndarray, xp: np.ndarray | None, l
     return ours, predicted
 
 
-def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=None, gpus: int = 1) -> dict:
+def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=None, gpus: int = 1,
+                     compiled: bool = False) -> dict:
     """The final milestone's configuration of the GPU engine and PyTorch + cuDNN on one model: resident, pinned,
     pageable; Correctness; peak device memory; the labels that differ from PyTorch's float32 network.
 
@@ -88,8 +89,12 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
     xp = torch.from_numpy(x).pin_memory().numpy() if torch is not None else None  # page-locked: a direct DMA
     ours, predicted = _measure_ours(model, cfg, x, xp, labels, warmup, reps, sweep=True)
     if torch is not None:
+        entry["copy_floor_ms"] = copy_floor(torch, x, warmup, reps)
         entry["pytorch"], torch_labels = _torch_end_to_end(torch, model, x, labels, warmup, reps)
         torch.cuda.empty_cache()
+        if compiled:
+            entry["yardsticks"] = [torch_config(torch, cfg, model, x, labels, torch_labels, warmup, reps)
+                                   for cfg in COMPILED_CONFIGS]
         ours["differ_vs_pytorch"] = int(np.count_nonzero(predicted != torch_labels))
         entry["reduced_precision_ok"] = ours["differ_vs_pytorch"] == 0
         if not entry["reduced_precision_ok"]:
@@ -147,4 +152,71 @@ def _torch_end_to_end(torch, model: Model, x: np.ndarray, labels: np.ndarray, wa
         out["pageable_ms"] = batch_stats(times, len(x))
         out["correctness"] = accuracy(pred.numpy(), labels)
     out["peak_device_bytes"] = int(torch.cuda.max_memory_allocated())
+    out["name"] = "eager-fp32"
     return out, pred.numpy()
+
+
+# torch.compile yardsticks beside eager PyTorch (issue 15): mode="max-autotune" (Triton kernels autotuned per shape,
+# CUDA graphs), one configuration per precision. Each costs minutes of compilation (its compile_s is recorded).
+COMPILED_CONFIGS = ("compiled-fp32", "compiled-tf32", "compiled-fp16-channels-last")
+COMPILE_MODE = "max-autotune"
+
+
+def copy_floor(torch, x: np.ndarray, warmup: int, reps: int) -> dict:
+    """The uint8 batch's host-to-device copy from pinned memory, CUDA events: no pinned end-to-end run can beat it."""
+    pinned = torch.from_numpy(x).pin_memory()
+    dst = torch.empty(pinned.shape, dtype=pinned.dtype, device="cuda")
+    return batch_stats(time_cuda_events(torch, lambda: dst.copy_(pinned, non_blocking=True), warmup, reps), len(x))
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+def torch_config(torch, name: str, model: Model, x: np.ndarray, labels: np.ndarray, torch_labels: np.ndarray,
+                 warmup: int, reps: int, device: str = "cuda") -> dict:
+    """One torch.compile configuration of the PyTorch network: compile seconds, resident and pinned times,
+    Correctness and the labels it moves against eager float32 PyTorch. Any failure to compile or run (no Triton,
+    an Inductor error) is the row's error, "unavailable: <why>", never the bench's end."""
+    import time
+
+    from ..engines.framework import build_net
+
+    row: dict = {"name": name, "mode": COMPILE_MODE, "source": f"torch {torch.__version__} torch.compile"}
+    fp16, tf32 = "fp16" in name, "tf32" in name
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+        net = build_net(model).eval().to(device)
+        dtype = torch.float16 if fp16 else torch.float32
+        if fp16:
+            net = net.to(dtype=dtype, memory_format=torch.channels_last)
+
+        def forward(images):
+            z = images.to(dtype)
+            if fp16:
+                z = z.contiguous(memory_format=torch.channels_last)
+            return net(z).argmax(dim=1)
+
+        fn = torch.compile(forward, mode=COMPILE_MODE)
+        with torch.inference_mode():
+            xd = torch.from_numpy(x).to(device)
+            t0 = time.perf_counter()
+            pred = fn(xd).cpu()  # the first call compiles (and autotunes)
+            row["compile_s"] = time.perf_counter() - t0
+            row["resident_ms"] = batch_stats(time_cuda_events(torch, lambda: fn(xd), warmup, reps), len(x))
+            pinned = torch.from_numpy(x).pin_memory()
+            times, pred = host_timed(lambda: fn(pinned.to(device, non_blocking=True)).cpu(), warmup, reps)
+            row["pinned_ms"] = batch_stats(times, len(x))
+        pred = pred.numpy()
+        row["correctness"] = accuracy(pred, labels)
+        row["labels_moved"] = int(np.count_nonzero(pred != torch_labels))
+        row["peak_device_bytes"] = int(torch.cuda.max_memory_allocated()) if device == "cuda" else None
+    except Exception as e:  # torch.compile raises many kinds (BackendCompilerFailed, InductorError, ...)
+        row = {"name": name, "mode": COMPILE_MODE, "error": "unavailable: " + _first_line(e)}
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return row

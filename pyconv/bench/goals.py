@@ -99,4 +99,40 @@ def check_goals(result: dict) -> list[dict]:
         goals.append(_goal("sp19 labels equal PyTorch's float32 ones (images that differ)", "<= 1", same, "images",
                            None if same is None else same <= 1.0 + 1e-9,
                            note or ("" if same is not None else "no PyTorch baseline")))
+        goals += yardstick_goals(e, note)
     return goals
+
+
+def best_pytorch(e: dict, mode: str) -> tuple[float | None, str]:
+    """The fastest PyTorch configuration of an end-to-end entry (eager and every torch.compile yardstick that
+    ran, whatever labels it moved) in `mode` ('resident_ms' or 'pinned_ms'): (median ms, its name)."""
+    configs = [("eager-fp32", e.get("pytorch", {}))] + [(y["name"], y) for y in e.get("yardsticks", [])]
+    timed = [(c[mode]["median"], name) for name, c in configs if "median" in c.get(mode, {})]
+    return min(timed) if timed else (None, "")
+
+
+def yardstick_goals(e: dict | None, note: str) -> list[dict]:
+    """Issue 15's whole-network goals: >= 5x the best PyTorch configuration measured in the same run; pinned
+    <= 0.50 ms and <= 1.2x the copy floor (the uint8 batch's pinned host-to-device copy, same run); resident
+    <= 0.30 ms."""
+    out = []
+    ours = e["pyconv"] if e else {}
+    for mode, label in (("pinned_ms", "pinned"), ("resident_ms", "resident")):
+        mine = ours.get(mode, {}).get("median")
+        best, who = best_pytorch(e, mode) if e else (None, "")
+        x = best / mine if best is not None and mine else None
+        out.append(_goal(f"sp19 end to end {label} x the best PyTorch configuration", ">= 5", x, "x",
+                         None if x is None else x >= 5.0,
+                         note or (f"best PyTorch: {who} {best:.3g} ms" if x is not None else "no PyTorch baseline")))
+    pinned = ours.get("pinned_ms", {}).get("median")
+    resident = ours.get("resident_ms", {}).get("median")
+    out.append(_goal("sp19 end to end pinned", "<= 0.50", pinned, "ms", None if pinned is None else pinned <= 0.50,
+                     note))
+    floor = (e or {}).get("copy_floor_ms", {}).get("median")
+    ratio = pinned / floor if pinned is not None and floor else None
+    out.append(_goal("sp19 end to end pinned x the copy floor (uint8 batch, pinned host-to-device copy)", "<= 1.2",
+                     ratio, "x", None if ratio is None else ratio <= 1.2,
+                     note or (f"copy floor {floor:.3g} ms" if floor else "copy floor not measured (needs PyTorch)")))
+    out.append(_goal("sp19 end to end resident", "<= 0.30", resident, "ms",
+                     None if resident is None else resident <= 0.30, note))
+    return out

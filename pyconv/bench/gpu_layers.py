@@ -1,6 +1,10 @@
-"""Every GPU variant on one conv layer: checked against the reference (pyconv.verify), then timed (CUDA events,
-median of `reps` after `warmup`); conv + tanh + pool where they follow; cuDNN (through PyTorch) on the same
-shape in the same run."""
+"""Every GPU variant on one conv layer: checked against the reference (pyconv.verify), then timed; conv + tanh +
+pool where they follow; cuDNN (through PyTorch) on the same shape in the same run, timed the same way.
+
+Timing: with `jobs` (a list), every measurement becomes a pyconv.bench.nvbench.Job that NVBench runs later
+(variants through pyconv._gpu.StagedConv, cuDNN through torch on NVBench's stream), and `finish_layer` fills the
+rates and the best once they have run. Without it (cuda-bench not installed), CUDA events time each launch at
+once (median of `reps` after `warmup`)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import numpy as np
 
 from .. import verify
 from ..variants import Variant
+from .nvbench import Job
 from .roofline import conv_bytes, conv_flops, floor_ms, rates
 from .sites import _dims
 from .timing import stats, time_cuda_events
@@ -27,24 +32,74 @@ def torch_gpu():
     return torch
 
 
-def cudnn_layer(torch, site: dict, rng: np.random.Generator, warmup: int, reps: int) -> dict:
+def _cudnn_inputs(torch, site: dict, rng: np.random.Generator):
     B, C, H, W, M, K = _dims(site)
-    F = torch.nn.functional
     x = torch.from_numpy(verify.random_nonzero(rng, (B, C, H, W))).cuda()
     k = torch.from_numpy(verify.random_nonzero(rng, (M, C, K, K))).cuda()
-    out = {"source": f"torch {torch.__version__} conv2d, cuDNN {torch.backends.cudnn.version()}, "
-                     "cudnn.benchmark on, TF32 off"}
+    return x, k
+
+
+def _cudnn_ops(torch, x, k):
+    F = torch.nn.functional
+    return {"conv_ms": lambda: F.conv2d(x, k),
+            "conv_tanh_pool_ms": lambda: F.max_pool2d(torch.tanh(F.conv2d(x, k)), 2, 2)}
+
+
+def _cudnn_source(torch) -> str:
+    return (f"torch {torch.__version__} conv2d, cuDNN {torch.backends.cudnn.version()}, cudnn.benchmark on, "
+            "TF32 off")
+
+
+def cudnn_layer(torch, site: dict, rng: np.random.Generator, warmup: int, reps: int) -> dict:
+    x, k = _cudnn_inputs(torch, site, rng)
+    ops = _cudnn_ops(torch, x, k)
+    out = {"source": _cudnn_source(torch) + "; CUDA events"}
     with torch.inference_mode():
-        out["conv_ms"] = stats(time_cuda_events(torch, lambda: F.conv2d(x, k), warmup, reps))
+        out["conv_ms"] = stats(time_cuda_events(torch, ops["conv_ms"], warmup, reps))
         if site["tanh_pool_follows"]:
-            out["conv_tanh_pool_ms"] = stats(time_cuda_events(
-                torch, lambda: F.max_pool2d(torch.tanh(F.conv2d(x, k)), 2, 2), warmup, reps))
+            out["conv_tanh_pool_ms"] = stats(time_cuda_events(torch, ops["conv_tanh_pool_ms"], warmup, reps))
     return out
 
 
+def cudnn_jobs(torch, site: dict, rng: np.random.Generator, out: dict, prefix: str) -> list[Job]:
+    """cuDNN's rows as NVBench jobs: torch launches its ops on NVBench's stream (torch.cuda.ExternalStream), so
+    that cuDNN is measured exactly as the variants are. cudnn.benchmark's algorithm search runs (and is waited
+    for) before NVBench times anything."""
+    out["source"] = _cudnn_source(torch) + "; NVBench"
+    seed = int(rng.integers(2**31))
+
+    def job(key: str) -> Job:
+        def setup(nvbench_stream: int):
+            x, k = _cudnn_inputs(torch, site, np.random.default_rng(seed))
+            op = _cudnn_ops(torch, x, k)[key]
+            streams: dict[int, object] = {}
+
+            def launch(stream: int) -> None:
+                s = streams.get(stream)
+                if s is None:
+                    s = streams[stream] = torch.cuda.ExternalStream(stream)
+                with torch.inference_mode(), torch.cuda.stream(s):
+                    op()
+
+            # cudnn.benchmark's search (it synchronises) and the allocator's first cudaMalloc for this stream
+            # happen here, waited for, never inside a launch NVBench holds behind its blocking kernel.
+            launch(nvbench_stream)
+            torch.cuda.synchronize()
+            return launch
+
+        def done(s: dict) -> None:
+            out[key] = s
+
+        return Job(f"{prefix}/cudnn/{key[:-3]}", setup, done)
+
+    keys = ["conv_ms", *(["conv_tanh_pool_ms"] if site["tanh_pool_follows"] else [])]
+    return [job(key) for key in keys]
+
+
 def bench_gpu_layer(g, site: dict, variants: list[Variant], roof: dict, rng: np.random.Generator, warmup: int,
-                    reps: int, torch=None) -> dict:
-    """Every variant on one layer: check, then time; plus cuDNN. Returns the layer's JSON entry."""
+                    reps: int, torch=None, jobs: list[Job] | None = None) -> dict:
+    """Every variant on one layer: check, then time; plus cuDNN. Returns the layer's JSON entry (with `jobs`:
+    complete once NVBench has run them and `finish_layer` has been called)."""
     B, C, H, W, M, K = _dims(site)
     fused_site = site["tanh_pool_follows"]
     flops = conv_flops(B, C, H, W, M, K)
@@ -56,6 +111,7 @@ def bench_gpu_layer(g, site: dict, variants: list[Variant], roof: dict, rng: np.
     if fused_site:
         layer["bytes_pooled"] = bytes_fused
         layer["floor_tanh_pool_ms"] = floor_ms(flops, bytes_fused, roof["copy_GBps"], roof["fp32_GFLOPs"])
+    prefix = f"{site['model']}/{site['layer']}"
     rows = []
     for v in variants:
         name = v.name
@@ -77,27 +133,65 @@ def bench_gpu_layer(g, site: dict, variants: list[Variant], roof: dict, rng: np.
             if not row["check"]["passed"]:
                 row["skipped"] = "FAILED the correctness check: not timed"
                 continue
-            row["ms"] = stats(g.time_conv(name, x, k, warmup, reps))
-            if fused_site and not pooled:
-                row["tanh_pool_ms"] = stats(g.time_conv_tanh_pool(name, x, k, warmup, reps))
+            timed = [("ms", False)] + ([("tanh_pool_ms", True)] if fused_site and not pooled else [])
+            if jobs is None:
+                for key, tp in timed:
+                    row[key] = stats((g.time_conv_tanh_pool if tp else g.time_conv)(name, x, k, warmup, reps))
+            else:
+                for key, tp in timed:
+                    what = "conv_tanh_pool" if tp else "conv"
+                    jobs.append(_variant_job(g, f"{prefix}/{name}/{what}", name, x, k, tp, row, key))
         except (ValueError, RuntimeError) as e:  # pyconv._gpu.CudaError is a RuntimeError
             row["error"] = f"{type(e).__name__}: {e}"
             continue
-        floor = layer["floor_tanh_pool_ms"] if pooled else layer["floor_ms"]
-        row.update(rates(flops, bytes_fused if pooled else bytes_conv, row["ms"]["median"], floor))
-        if "tanh_pool_ms" in row:
-            row["tanh_pool_pct_roofline"] = layer["floor_tanh_pool_ms"] / row["tanh_pool_ms"]["median"] * 100.0
     layer["variants"] = rows
     if torch is not None:
+        layer["cudnn"] = {}
         try:
-            layer["cudnn"] = cudnn_layer(torch, site, rng, warmup, reps)
+            if jobs is None:
+                layer["cudnn"] = cudnn_layer(torch, site, rng, warmup, reps)
+            else:
+                jobs += cudnn_jobs(torch, site, rng, layer["cudnn"], prefix)
         except RuntimeError as e:
             layer["cudnn"] = {"error": f"{type(e).__name__}: {e}"}
         torch.cuda.empty_cache()  # give the next variant's buffers back the memory cuDNN's run cached
     else:
         layer["cudnn"] = {"error": "PyTorch with CUDA is not installed: no cuDNN column"}
-    summarise_layer(layer)
+    if jobs is None:
+        finish_layer(layer)
     return layer
+
+
+def _variant_job(g, job_name: str, name: str, x: np.ndarray, k: np.ndarray, tanh_pool: bool, row: dict,
+                 key: str) -> Job:
+    def setup(_stream: int):
+        return g.StagedConv(name, x, k, tanh_pool).launch  # runs once and waits (StagedConv)
+
+    def done(s: dict) -> None:
+        if "error" in s:
+            row.setdefault("error", s["error"])
+        else:
+            row[key] = s
+
+    return Job(job_name, setup, done)
+
+
+def finish_layer(layer: dict) -> None:
+    """Rates and % of roofline per timed row, then the layer's best (summarise_layer)."""
+    cud = layer.get("cudnn", {})
+    for key in ("conv_ms", "conv_tanh_pool_ms"):
+        if "error" in cud.get(key, {}):
+            cud.setdefault("error", cud.pop(key)["error"])
+    for row in layer["variants"]:
+        if "ms" not in row:
+            continue
+        pooled = row["epilogue"] == "tanh-maxpool2"
+        floor = layer["floor_tanh_pool_ms"] if pooled else layer["floor_ms"]
+        row.update(rates(layer["flops"], layer["bytes_pooled"] if pooled else layer["bytes"], row["ms"]["median"],
+                         floor))
+        if "tanh_pool_ms" in row:
+            row["tanh_pool_pct_roofline"] = layer["floor_tanh_pool_ms"] / row["tanh_pool_ms"]["median"] * 100.0
+    summarise_layer(layer)
 
 
 def summarise_layer(layer: dict) -> None:

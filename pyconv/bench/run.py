@@ -59,7 +59,7 @@ from ..core.model import DEFAULT_MODEL, shipped_models
 from ..engines import gpu as gpu_engine
 from ..report.tables import text_tables
 from ..variants import Variant
-from . import cpu_layers, evidence, goals, gpu_layers, roofline, sites, tags
+from . import cpu_layers, evidence, goals, gpu_layers, nvbench, roofline, sites, tags
 from . import end_to_end as e2e
 from .schema import FORMAT, VERSION, BenchResult
 from .timing import CPU_REPS, GPU_REPS, WARMUP
@@ -111,6 +111,34 @@ def _registries() -> tuple[list[Variant], list[Variant]]:
     return g, c
 
 
+def timing_method(echo: Callable[[str], None]) -> tuple[list | None, dict]:
+    """How GPU op times are taken: NVBench where cuda-bench runs (a list to collect its jobs in), else CUDA events
+    (None), with the settings recorded in the bench file."""
+    if os.environ.get("PYCONV_TIMING") == "cuda-events":  # to compare the two methods, or where NVBench fails
+        ok, why = False, "PYCONV_TIMING=cuda-events"
+    else:
+        ok, why = nvbench.available()
+    if ok:
+        return [], dict(nvbench.settings(), version=why)
+    echo(f"NVBench unavailable ({why}): timing with CUDA events")
+    return None, {"method": "cuda-events", "why": why}
+
+
+def compiled_models(wanted: str | None, e2e_models: list[str]) -> list[str]:
+    """--compiled: the end-to-end models that also get the torch.compile yardsticks (minutes of compilation
+    each). Default: the course checkpoint model (DEFAULT_MODEL) when it runs; 'all', 'none', or names."""
+    w = (wanted or DEFAULT_MODEL).strip()
+    if w == "none":
+        return []
+    if w == "all":
+        return list(e2e_models)
+    names = [n.strip() for n in w.split(",") if n.strip()]
+    if wanted and any(n not in e2e_models for n in names):
+        raise PyconvError(f"--compiled names {', '.join(n for n in names if n not in e2e_models)}, not among the "
+                          f"end-to-end models ({', '.join(e2e_models)}); or use all / none")
+    return [n for n in e2e_models if n in names]
+
+
 def _gpu_available() -> bool:
     g = native.optional("_gpu")
     return g is not None and bool(g.available())
@@ -118,7 +146,7 @@ def _gpu_available() -> bool:
 
 def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool = False, gpu: bool = False,
         end_to_end: bool = False, out: str | None = None, variants: str | None = None, seed: int = 0, gpus="1",
-        echo: Callable[[str], None] = print) -> tuple[dict, Path]:
+        echo: Callable[[str], None] = print, compiled: str | None = None) -> tuple[dict, Path]:
     """The whole benchmark; writes the JSON (and merges it into this GPU's evidence file when it is written to
     the results folder) and returns (result, path). Progress and the table go to `echo`."""
     batch_given = batch is not None
@@ -129,6 +157,8 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
     # Where the JSON goes is checked now: a benchmark takes minutes, and an unwritable --out found at the end
     # would lose them (the default name, known only after the run, lies in results/).
     check_writable(Path(out) if out else paths.RESULTS / f"bench-{os.getpid()}.json", "--out")
+    if out:
+        tags.refuse_existing(out)
     parts, note = parse_parts(cpu, gpu, end_to_end, _gpu_available())
     if note:
         echo(note)
@@ -181,9 +211,15 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
             chosen = [v for v in gpu_all if v.name in gpu_names]
             if not chosen:
                 echo("--variants names no GPU variant: no GPU layer benchmark")
+            jobs, result["settings"]["timing"] = timing_method(echo)
             for site in layer_sites if chosen else []:
                 echo(f"{site['model']} {site['layer']}: {len(chosen)} variants")
-                result["layers"].append(gpu_layers.bench_gpu_layer(g, site, chosen, roof, rng, warmup, gpu_reps, tg))
+                result["layers"].append(gpu_layers.bench_gpu_layer(g, site, chosen, roof, rng, warmup, gpu_reps, tg,
+                                                                   jobs))
+            if jobs is not None:
+                nvbench.run_jobs(jobs, echo)
+                for layer in result["layers"]:
+                    gpu_layers.finish_layer(layer)
         if "end_to_end" in parts:
             e2e_models = layer_models if model else shipped_models()
             if not e2e_models:
@@ -191,9 +227,13 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
             e2e_reps = _check_count(reps if reps is not None else GPU_REPS, "--reps", 1)
             n_gpus = gpu_engine.parse_gpus(gpus)
             result["settings"]["gpus"] = n_gpus
+            with_compiled = compiled_models(compiled, e2e_models)
+            result["settings"]["compiled"] = with_compiled
             for name in e2e_models:
-                echo(f"end to end: {name} at batch {batch}")
-                result["end_to_end"].append(e2e.bench_end_to_end(name, batch, warmup, e2e_reps, tg, n_gpus))
+                echo(f"end to end: {name} at batch {batch}"
+                     + (" (with the torch.compile yardsticks: minutes)" if name in with_compiled and tg else ""))
+                result["end_to_end"].append(e2e.bench_end_to_end(name, batch, warmup, e2e_reps, tg, n_gpus,
+                                                                 compiled=name in with_compiled))
 
     if "cpu" in parts:
         c = native.cpu()

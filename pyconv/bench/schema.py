@@ -64,6 +64,16 @@ class Stats(Record):
     reps: int | None = None
     images_per_s: float | None = None
     error: str | None = None
+    # Measured by NVBench (pyconv.bench.nvbench; files before it, or the CUDA-events fallback: None): median, min and
+    # p90 are of the cold samples (L2 flushed before each); mean and noise (relative standard deviation, %) as
+    # NVBench reports them; warm_ms the mean of its batched back-to-back launches; the mean and lowest SM clock.
+    method: str | None = None
+    mean: float | None = None
+    noise_pct: float | None = None
+    warm_ms: float | None = None
+    warm_reps: int | None = None
+    sm_clock_mhz: float | None = None
+    sm_clock_mhz_min: float | None = None
 
 
 @dataclass(frozen=True)
@@ -202,10 +212,29 @@ class Measured(Record):
 @dataclass(frozen=True)
 class TorchEndToEnd(Record):
     source: str = ""
+    name: str = "eager-fp32"
     resident_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
     pinned_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
     pageable_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
     correctness: float | None = None
+    peak_device_bytes: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Yardstick(Record):
+    """One torch.compile configuration of the PyTorch network (pyconv.bench.end_to_end.torch_config); `error`
+    ("unavailable: <why>") when it could not compile or run."""
+
+    name: str
+    mode: str = ""
+    source: str = ""
+    compile_s: float | None = None
+    resident_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
+    pinned_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
+    pageable_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
+    correctness: float | None = None
+    labels_moved: int | None = None  # against eager float32 PyTorch
     peak_device_bytes: int | None = None
     error: str | None = None
 
@@ -235,6 +264,12 @@ class EndToEnd(Record):
     pyconv_reduced: Measured | None = field(default=None, metadata=_conv(Measured.from_dict))
     x_pytorch: dict[str, float] = field(default_factory=dict)
     multi_gpu: list[ScalingRow] = field(default_factory=list, metadata=_conv(_list_of(ScalingRow)))
+    copy_floor_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))  # the uint8 batch, pinned H2D
+    yardsticks: list[Yardstick] = field(default_factory=list, metadata=_conv(_list_of(Yardstick)))
+
+    def pytorch_configs(self) -> list[tuple[str, TorchEndToEnd | Yardstick]]:
+        """Every PyTorch configuration measured (eager float32 first, then the torch.compile ones)."""
+        return [("eager-fp32", self.pytorch), *((y.name, y) for y in self.yardsticks)]
 
 
 @dataclass(frozen=True)
@@ -298,6 +333,8 @@ class Settings(Record):
     cpu_naive_batch: int | None = None
     gpus: int | None = None
     variants: list[str] | None = None  # the --variants subset (None: every variant of the build)
+    timing: dict | None = None  # how GPU op times were taken: {"method": "nvbench" | "cuda-events", ...}
+    compiled: list[str] | None = None  # the models given the torch.compile yardsticks
 
 
 @dataclass(frozen=True)

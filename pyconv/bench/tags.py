@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 from ..core import paths
+from ..core.errors import PyconvError
 from ..core.fileio import atomic_path
 from .schema import BenchResult
 
@@ -80,17 +81,38 @@ def cuda_version(v: int) -> str:
 
 
 def default_out(result: dict) -> Path:
-    """results/bench-<gpu-slug>-<date>.json, or results/bench-cpu-<cpu-slug>-<date>.json without a GPU."""
+    """results/bench-<gpu-slug>-<date>.json, or results/bench-cpu-<cpu-slug>-<date>.json without a GPU; when that
+    file exists (an earlier run the same day), the first free name with -2, -3, ... before .json."""
     day = result["date"][:10]
     if result.get("gpu"):
-        return paths.RESULTS / f"bench-{paths.slug(result['gpu']['name'])}-{day}.json"
-    return paths.RESULTS / f"bench-cpu-{paths.slug(result['host_cpu']['model'])}-{day}.json"
+        return first_free(paths.RESULTS / f"bench-{paths.slug(result['gpu']['name'])}-{day}.json")
+    return first_free(paths.RESULTS / f"bench-cpu-{paths.slug(result['host_cpu']['model'])}-{day}.json")
+
+
+def first_free(path: Path) -> Path:
+    n = 2
+    found = path
+    while found.exists():
+        found = path.with_name(f"{path.stem}-{n}{path.suffix}")
+        n += 1
+    return found
+
+
+def refuse_existing(dest: str | os.PathLike, what: str = "--out") -> None:
+    """A bench file is never overwritten: a run that was interrupted, or measured a subset (--variants, --model),
+    must not replace a full one. One line naming the file."""
+    if Path(dest).exists():
+        raise PyconvError(f"{what} {dest} exists: a bench file is never overwritten (a partial run must not replace "
+                          "a full one); name a new file")
 
 
 def write_json(result: dict, dest: str | os.PathLike) -> Path:
-    """Atomically: the file appears whole or not at all; only a result that reads back as the schema says."""
+    """Atomically: the file appears whole or not at all; only a result that reads back as the schema says; never
+    over an existing file (refuse_existing)."""
     BenchResult.parse(result, "the result to write")
     dest = Path(dest)
+    refuse_existing(dest, "bench file")
+    text = json.dumps(result, indent=1) + "\n"
     with atomic_path(dest) as tmp:
-        tmp.write_text(json.dumps(result, indent=1) + "\n")
+        tmp.write_text(text)
     return dest

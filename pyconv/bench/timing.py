@@ -22,8 +22,10 @@ def stats(ms: Sequence[float]) -> dict:
     a = np.asarray(ms, dtype=np.float64)
     if a.size == 0:
         raise PyconvError("no timings to summarise")
+    mean = float(a.mean())
     return {"median": float(np.median(a)), "min": float(a.min()), "p90": float(np.percentile(a, 90)),
-            "reps": int(a.size)}
+            "reps": int(a.size), "mean": mean,
+            "noise_pct": float(a.std(ddof=1) / mean * 100.0) if a.size > 1 and mean > 0 else None}
 
 
 def batch_stats(ms_list: Sequence[float], batch: int) -> dict:

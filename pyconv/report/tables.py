@@ -155,6 +155,17 @@ def header_lines(result: BenchResult) -> list[str]:
                      f"{num(roof.fp32_GFLOPs)} GFLOP/s (FFMA probe {num(roof.fma_GFLOPs)}, cuBLAS SGEMM "
                      f"{num(roof.sgemm_GFLOPs)}; the higher is the ceiling)")
     s = result.settings
+    timing = s.timing or {}
+    if timing.get("method") == "nvbench":
+        lines.append(f"GPU op times: NVBench {timing.get('version', '')} -- ms, min, p90 of the cold samples (L2 "
+                     f"flushed before each), noise = relative std dev, warm = batched back-to-back launches; samples "
+                     f"taken until the noise is under {timing.get('max_noise_pct')} % "
+                     f"(or {timing.get('timeout_s')} s), "
+                     f"throttled samples (SM clock < {num(100 * timing.get('throttle_threshold', 0))} % of default) "
+                     "dropped")
+    elif result.layers:
+        lines.append("GPU op times: CUDA events around each launch (warm: L2 not flushed), noise = relative std dev"
+                     + (f" (NVBench unavailable: {timing['why']})" if timing.get("why") else ""))
     keys = (("gpu_reps", "GPU reps"), ("cpu_reps", "CPU reps"), ("cpu_warmup", "CPU warm-up"),
             ("cpu_threads", "CPU threads"), ("cpu_naive_batch", "cpu-naive batch"))
     lines.append(f"Inputs: {s.inputs}; batch {s.batch}"
@@ -174,15 +185,16 @@ def _layer_title(layer: LayerResult) -> str:
 
 def layer_table(layer: LayerResult) -> Table:
     fused_site = layer.tanh_pool_follows
-    header = ["variant", "step", "ms", "min ms", "p90 ms", "GFLOP/s", "GB/s", "% roofline", "x cuDNN"]
+    header = ["variant", "step", "ms", "min ms", "p90 ms", "noise %", "warm ms", "GFLOP/s", "GB/s", "% roofline",
+              "x cuDNN"]
     if fused_site:
         header += ["+tanh+pool ms", "x cuDNN (fused)"]
     header.append("correctness (max rel err)")
     t = Table(_layer_title(layer), header)
     for r in layer.variants:
         row = [r.variant + (" (conv+tanh+pool)" if r.pools else "") + (" (x from host)" if r.x_on_host else ""),
-               str(r.step), _ms(r.ms), _ms(r.ms, "min"), _ms(r.ms, "p90"),
-               num(r.gflops), num(r.gbps), num(r.pct_roofline, 2), num(r.x_cudnn, 2)]
+               str(r.step), _ms(r.ms), _ms(r.ms, "min"), _ms(r.ms, "p90"), _ms(r.ms, "noise_pct", 2),
+               _ms(r.ms, "warm_ms"), num(r.gflops), num(r.gbps), num(r.pct_roofline, 2), num(r.x_cudnn, 2)]
         if fused_site:
             row += [_ms(r.tanh_pool_ms), num(r.tanh_pool_x_cudnn, 2)]
         row.append(_check(r))
@@ -190,8 +202,8 @@ def layer_table(layer: LayerResult) -> Table:
     cud = layer.cudnn
     if cud.conv_ms is not None:
         c = cud.conv_ms
-        row = ["cuDNN conv2d", "-", _ms(c), _ms(c, "min"), _ms(c, "p90"),
-               num(layer.flops / (c.median * 1e6)), num(layer.bytes / (c.median * 1e6)),
+        row = ["cuDNN conv2d", "-", _ms(c), _ms(c, "min"), _ms(c, "p90"), _ms(c, "noise_pct", 2),
+               _ms(c, "warm_ms"), num(layer.flops / (c.median * 1e6)), num(layer.bytes / (c.median * 1e6)),
                num(layer.floor_ms / c.median * 100, 2), "1"]
         if fused_site:
             f = cud.conv_tanh_pool_ms
@@ -261,16 +273,32 @@ def end_to_end_table(result: BenchResult) -> Table:
             whos.append((f"rejected: pyconv {','.join(r.impls)}, FC {r.fc_math}", r))
             t.notes.append(f"{e.model}: the TF32 configuration changed {r.differ_vs_pytorch} label(s) "
                            "against PyTorch's float32 network, so final runs in float32")
-        for who, d in (*whos, ("PyTorch", e.pytorch)):
+        theirs = [("PyTorch" + (" eager-fp32" if e.yardsticks else ""), e.pytorch)]
+        theirs += [(f"PyTorch {y.name} ({y.mode})", y) for y in e.yardsticks]
+        for y in e.yardsticks:
+            if y.compile_s is not None:
+                t.notes.append(f"{e.model} {y.name}: compiled and autotuned in {num(y.compile_s)} s")
+        if e.copy_floor_ms is not None:
+            t.notes.append(f"{e.model} copy floor (the uint8 batch, pinned host-to-device): "
+                           f"{_ms(e.copy_floor_ms)} ms")
+        eager_pinned = e.pytorch.pinned_ms.median if e.pytorch.pinned_ms else None
+        for who, d in (*whos, *theirs):
             if d.error is not None:
                 t.rows.append([e.model, str(e.batch), who, d.error, "", "", "", "", "", "", ""])
                 continue
             mine = who.startswith("pyconv")
+            if mine:
+                x_pt = num(e.x_pytorch.get("pinned_ms"), 2)
+            elif d.pinned_ms is not None and eager_pinned:
+                x_pt = num(eager_pinned / d.pinned_ms.median, 2)
+            else:
+                x_pt = "-"
+            moved = getattr(d, "labels_moved", None)
             t.rows.append([e.model, str(e.batch), who, _ms(d.resident_ms), _ms(d.pinned_ms),
                            _ms(d.pageable_ms), num(d.pinned_ms.images_per_s if d.pinned_ms else None),
-                           num(e.x_pytorch.get("pinned_ms"), 2) if mine else
-                           ("1" if who == "PyTorch" else "-"),
-                           num(d.correctness, 4), _differ(d),
+                           x_pt, num(d.correctness, 4),
+                           str(moved) if moved is not None else
+                           ("0 (the reference)" if d is e.pytorch and e.yardsticks else _differ(d)),
                            num((d.peak_device_bytes or 0) / 2**20)])
     return t
 
@@ -424,37 +452,114 @@ def _bar_panels(groups: list[tuple[str, list[tuple[str, float, str]]]], xlabel: 
 OURS, FUSED, THEIRS = "tab:blue", "tab:green", "tab:orange"
 
 
+def _not_timed(r) -> str:
+    """Why a ladder row has no bar: unsupported, not a fused site, failed the check, or an error."""
+    if r.error:
+        return "error"
+    if r.check is not None and not r.check.passed:
+        return "FAILED check"
+    s = r.skipped or ""
+    if s.startswith("unsupported"):
+        return "unsupported"
+    if "not followed by tanh" in s:
+        return "no tanh+pool here"
+    return s or "not timed"
+
+
+def ladder_plot(layer: LayerResult, gpu: str, dest: Path) -> tuple[Path, bytes]:
+    """One layer's ladder: every variant in step order (x) against its op time (log y), conv alone and, where tanh
+    + max-pool follow, conv + tanh + pool beside it; cuDNN and the roofline floor as horizontal lines; a variant
+    with no time is marked at the bottom with why (unsupported, failed ...)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
+
+    rows = sorted(layer.variants, key=lambda r: (r.step if r.step is not None else 99, r.variant))
+    fused_site = layer.tanh_pool_follows
+    width = 0.4 if fused_site else 0.7
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.55 * len(rows) + 3), 5.2))
+    values = []
+    labelled: set[str] = set()
+
+    def bar(x: float, v: float, colour: str, label: str) -> None:
+        ax.bar(x, v, width, color=colour, label=None if label in labelled else label)
+        labelled.add(label)
+        ax.text(x, v * 1.08, num(v), ha="center", va="bottom", fontsize=6, rotation=90,
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.3, "alpha": 0.8})  # legible over lines
+        values.append(v)
+
+    missing = []
+    for i, r in enumerate(rows):
+        if r.ms is None:
+            missing.append((i, _not_timed(r)))
+            continue
+        if r.pools:
+            bar(i, r.ms.median, FUSED, "conv + tanh + pool (one fused launch)")
+            continue
+        bar(i - (width / 2 if fused_site else 0), r.ms.median, OURS, "conv")
+        if r.tanh_pool_ms is not None:
+            bar(i + width / 2, r.tanh_pool_ms.median, "tab:cyan", "conv, then the shared tanh + pool kernels")
+    lines = [(layer.cudnn.conv_ms, THEIRS, "-", "cuDNN conv2d"),
+             (layer.cudnn.conv_tanh_pool_ms, THEIRS, "--", "cuDNN conv2d + tanh + max_pool2d")]
+    for s, colour, style, label in lines:
+        if s is not None and s.median:
+            ax.axhline(s.median, color=colour, linestyle=style, linewidth=1.4, label=f"{label} {num(s.median)} ms")
+            values.append(s.median)
+    floors = [(layer.floor_ms, "roofline floor (conv)", ":")]
+    if fused_site and layer.floor_tanh_pool_ms:
+        floors.append((layer.floor_tanh_pool_ms, "roofline floor (pooled output)", "-."))
+    for f, label, style in floors:
+        if f:
+            ax.axhline(f, color="black", linestyle=style, linewidth=1.2, label=f"{label} {num(f)} ms")
+            values.append(f)
+    ax.set_yscale("log")
+    lo, hi = (min(values), max(values)) if values else (0.01, 1.0)
+    bottom = lo / 6
+    ax.set_ylim(bottom, hi * 8)  # room above the tallest bar's label
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    for i, why in missing:
+        ax.text(i, bottom * 1.15, f"x {why}", ha="center", va="bottom", fontsize=7, rotation=90, color="tab:red")
+    ax.set_xticks(range(len(rows)), [f"{r.step:02d} {r.variant}" if r.step is not None else r.variant
+                                     for r in rows], rotation=50, ha="right", fontsize=7)
+    ax.set_xlim(-0.7, len(rows) - 0.3)
+    ax.set_ylabel("milliseconds (median, log scale)", fontsize=8)
+    ax.set_xlabel("ladder step", fontsize=8)
+    ax.set_title(f"{_layer_title(layer)}\n{gpu}", fontsize=9, pad=10)
+    ax.grid(axis="y", which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.tight_layout()
+    try:
+        return _save(fig, dest)
+    finally:
+        plt.close(fig)
+
+
 def plot_files(result: BenchResult | dict, stem: Path) -> list[tuple[Path, bytes]]:
-    """PNGs beside the report, rendered (path, bytes) but not yet written: GPU op time per variant per layer (log
-    scale), GPU % of roofline per variant per layer, CPU op time per variant per layer (log scale). Only the
-    plots the JSON has data for."""
+    """PNGs beside the report, rendered (path, bytes) but not yet written: one ladder per GPU layer (ladder_plot),
+    GPU % of roofline per variant per layer, CPU op time per variant per layer (log scale). Only the plots the
+    JSON has data for."""
     result = record(result)
     written = []
     layers = result.layers
     if layers:
-        times, roof = [], []
+        roof = []
         for layer in layers:
-            bars, pct = [], []
+            pct = []
             for r in layer.variants:
                 if r.ms is None:
                     continue
                 label = r.variant + (" (conv+tanh+pool)" if r.pools else "")
-                bars.append((label, r.ms.median, FUSED if r.pools else OURS))
                 pct.append((label, r.pct_roofline, FUSED if r.pools else OURS))
-                if r.tanh_pool_ms is not None:
-                    bars.append((r.variant + " + tanh + pool", r.tanh_pool_ms.median, FUSED))
             cud = layer.cudnn
             if cud.conv_ms is not None:
-                bars.append(("cuDNN conv2d", cud.conv_ms.median, THEIRS))
                 pct.append(("cuDNN conv2d", layer.floor_ms / cud.conv_ms.median * 100, THEIRS))
-            if cud.conv_tanh_pool_ms is not None:
-                bars.append(("cuDNN conv2d + tanh + pool", cud.conv_tanh_pool_ms.median, THEIRS))
-            title = _layer_title(layer)
-            times.append((title, bars))
-            roof.append((title, pct))
+            roof.append((_layer_title(layer), pct))
         gpu = result.gpu.name if result.gpu else "GPU"
-        written.append(_bar_panels(times, "milliseconds (median, log scale)", True,
-                                   stem.with_name(stem.name + "-gpu-op-time.png"), f"Op time per variant, {gpu}"))
+        for layer in layers:  # one ladder per layer
+            name = f"{stem.name}-ladder-{paths.slug(layer.model)}-{paths.slug(layer.layer)}-b{layer.B}.png"
+            written.append(ladder_plot(layer, gpu, stem.with_name(name)))
         written.append(_bar_panels(roof, "% of the roofline floor", False,
                                    stem.with_name(stem.name + "-gpu-roofline.png"), f"% of roofline, {gpu}"))
     cpu: list[CpuRow] = result.cpu

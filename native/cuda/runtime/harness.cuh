@@ -2,7 +2,10 @@
 // time_conv_tanh_pool and autotune_time_config do between their argument conversions. Every function needs a
 // GPU (require_gpu() is the caller's first step) and may be called without the GIL.
 #pragma once
+#include <cuda_runtime.h>
+
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +29,26 @@ void run_conv(const GpuConvVariant& v, const ConvShape& s, const float* x, const
 // variant's own launch when its epilogue pools, else followed by the shared tanh and pooling kernels.
 std::vector<float> time_conv(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k, int warmup,
                              int reps, bool tanh_pool);
+
+// A variant with its inputs uploaded once (as time_conv stages them), launched on any stream the caller gives: what
+// an external benchmark harness (NVBench, pyconv.bench.nvbench) times, with its own stream, L2 flushes and stopping
+// rule. The constructor runs the work once and waits for it.
+class StagedConv {
+ public:
+  StagedConv(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k, bool tanh_pool);
+  ~StagedConv();
+  StagedConv(const StagedConv&) = delete;
+  StagedConv& operator=(const StagedConv&) = delete;
+  // Queues the work on `st` (nothing is synchronised).
+  void launch(cudaStream_t st) const;
+
+ private:
+  struct Inputs;
+  const GpuConvVariant& v_;
+  ConvShape s_;
+  bool tanh_pool_;
+  std::unique_ptr<Inputs> in_;
+};
 
 // Median milliseconds of one configuration of step 11's kernel family on host arrays x, k (uploaded once).
 double time_autotune_config(int config, const ConvShape& s, const float* x, const float* k, int reps);
