@@ -290,15 +290,17 @@ def sanitize(c, tools=None, variants=None, milestone="3", model=None, batch="64"
             "end_to_end": "time the whole network (resident, pinned, pageable) against PyTorch + cuDNN",
             "out": "JSON to write (default results/bench-<gpu-slug>-<date>.json, or bench-cpu-<cpu>-<date>.json)",
             "variants": "only these variants, comma-separated (GPU and/or CPU registry names)",
-            "gpus": "--end-to-end: also measure scaling over 1..N GPUs (N or 'all'; default 1)"})
+            "gpus": "--end-to-end: also measure scaling over 1..N GPUs (N or 'all'; default 1)",
+            "sweep": "our best correct variant against cuDNN FP32 and TF32 on 40 drawn layer shapes, without and "
+                     "with tanh + max-pool 2/2 (warm-up 2, 5 reps unless given; --batch reduces the batch)"})
 @user_errors
 def bench(c, model=None, batch=None, reps=None, warmup=None, cpu=False, gpu=False, end_to_end=False, out=None,
-          variants=None, gpus="1"):
+          variants=None, gpus="1", sweep=False):
     """Every variant on every conv layer: op time, GFLOP/s, GB/s, % of roofline, x cuDNN; JSON under results/."""
     from pyconv.bench import run as b
 
     b.run(model=model, batch=batch, reps=reps, warmup=warmup, cpu=cpu, gpu=gpu, end_to_end=end_to_end, out=out,
-          variants=variants, gpus=gpus)
+          variants=variants, gpus=gpus, sweep=sweep)
 
 
 @task(help={"json": "bench JSON file(s) to report on, comma-separated (default: every bench-*.json in results/ for "

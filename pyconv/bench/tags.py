@@ -80,10 +80,12 @@ def cuda_version(v: int) -> str:
 
 
 def default_out(result: dict) -> Path:
-    """results/bench-<gpu-slug>-<date>.json, or results/bench-cpu-<cpu-slug>-<date>.json without a GPU."""
+    """results/bench-<gpu-slug>-<date>.json (with -sweep after the date for a run with --sweep), or
+    results/bench-cpu-<cpu-slug>-<date>.json without a GPU."""
     day = result["date"][:10]
     if result.get("gpu"):
-        return paths.RESULTS / f"bench-{paths.slug(result['gpu']['name'])}-{day}.json"
+        sweep = "-sweep" if "sweep" in result.get("parts", []) else ""
+        return paths.RESULTS / f"bench-{paths.slug(result['gpu']['name'])}-{day}{sweep}.json"
     return paths.RESULTS / f"bench-cpu-{paths.slug(result['host_cpu']['model'])}-{day}.json"
 
 
