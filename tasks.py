@@ -169,7 +169,7 @@ def evidence(c, results=None):
     """Rebuild each GPU's evidence file (what `final` chooses from) from the bench JSON files in results/."""
     from pyconv.bench import evidence as ev
 
-    for path in ev.rebuild(results):
+    for path in ev.rebuild(results, echo=print):
         print(f"wrote {path}")
 
 
