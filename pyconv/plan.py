@@ -12,7 +12,8 @@ The rules, from the variants' roles (pyconv.variants; each variant's own file in
 - milestone 4: its default, else the first candidate in ladder order that takes the layer.
 - final: per layer, the fastest variant measured on this GPU for the layer's shape (pyconv.evidence: by `invoke
   bench`, or by final itself on first meeting the shape, pyconv.measure, which fills the evidence before plan()
-  is called), among those whose final role is default or candidate; a shape never measured runs the final default (the fusing one where
+  is called), among those whose final role is default or candidate; a shape never measured runs the final
+  default (the fusing one where
   tanh + max-pool follow), then the evidence's fallback order, then the candidates in ladder order.
   Precision: TF32 (conv variants that round to TF32, and the fully connected layers through cuBLAS TF32) only for
   weights whose end-to-end bench on this GPU changed no label against PyTorch's float32 network; otherwise float32.

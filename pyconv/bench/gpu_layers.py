@@ -49,7 +49,6 @@ def cudnn_layer(torch, site: dict, rng: np.random.Generator, warmup: int, reps: 
                     torch, lambda: F.max_pool2d(torch.tanh(F.conv2d(x, k)), 2, 2), warmup, reps))
     finally:
         torch.backends.cudnn.allow_tf32 = saved
-        del x, k
     return out
 
 

@@ -63,8 +63,8 @@ from ..engines import gpu as gpu_engine
 from ..report.tables import text_tables
 from ..variants import Variant
 from . import cpu_layers, evidence, goals, gpu_layers, roofline, sites, tags
-from . import sweep as sweep_mod
 from . import end_to_end as e2e
+from . import sweep as sweep_mod
 from .schema import FORMAT, VERSION, BenchResult
 from .timing import CPU_REPS, GPU_REPS, WARMUP
 
