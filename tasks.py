@@ -169,7 +169,7 @@ def evidence(c, results=None):
     """Rebuild each GPU's evidence file (what `final` chooses from) from the bench JSON files in results/."""
     from pyconv.bench import evidence as ev
 
-    for path in ev.rebuild(results):
+    for path in ev.rebuild(results, echo=print):
         print(f"wrote {path}")
 
 
@@ -292,15 +292,17 @@ def sanitize(c, tools=None, variants=None, milestone="3", model=None, batch="64"
             "variants": "only these variants, comma-separated (GPU and/or CPU registry names)",
             "gpus": "--end-to-end: also measure scaling over 1..N GPUs (N or 'all'; default 1)",
             "compiled": "--end-to-end: models also timed against torch.compile max-autotune (FP32, TF32, fp16 "
-                        "channels_last; minutes of compilation each): names, 'all' or 'none' (default ece408)"})
+                        "channels_last; minutes of compilation each): names, 'all' or 'none' (default ece408)",
+            "sweep": "our best correct variant against cuDNN FP32 and TF32 on 40 drawn layer shapes, without and "
+                     "with tanh + max-pool 2/2 (warm-up 2, 5 reps unless given; --batch reduces the batch)"})
 @user_errors
 def bench(c, model=None, batch=None, reps=None, warmup=None, cpu=False, gpu=False, end_to_end=False, out=None,
-          variants=None, gpus="1", compiled=None):
+          variants=None, gpus="1", compiled=None, sweep=False):
     """Every variant on every conv layer: op time, GFLOP/s, GB/s, % of roofline, x cuDNN; JSON under results/."""
     from pyconv.bench import run as b
 
     b.run(model=model, batch=batch, reps=reps, warmup=warmup, cpu=cpu, gpu=gpu, end_to_end=end_to_end, out=out,
-          variants=variants, gpus=gpus, compiled=compiled)
+          variants=variants, gpus=gpus, compiled=compiled, sweep=sweep)
 
 
 @task(help={"json": "bench JSON file(s) to report on, comma-separated (default: every bench-*.json in results/ for "

@@ -6,6 +6,9 @@
   a fusing variant's one launch against any other variant followed by the shared tanh and pooling kernels).
 - precision: per model digest (the exact weights), whether the end-to-end bench found the reduced-precision
   (TF32) configuration leaving every label equal to PyTorch's float32 network.
+- first use: a layer shape `final` met with no evidence on this GPU is measured then and there (pyconv.measure:
+  the bench's check and timing on the candidates final may choose) and its ranking is added here, each timing's
+  source FIRST_USE; `invoke bench` measuring the shape later replaces it, `invoke evidence` keeps it.
 - fallback_order: every measured variant, the one closest to the fastest over all measured shapes first (the
   geometric mean of its time over the fastest time per shape): what a shape nobody measured falls back to.
 
@@ -28,6 +31,9 @@ VERSION = 1
 # The GPU whose measurements stand in for a GPU never benchmarked: the one the project was measured on.
 STANDIN_GPU = "NVIDIA H200"
 
+# The source of a timing `final` measured itself, on first meeting the layer shape (pyconv.measure).
+FIRST_USE = "measured by final on first use"
+
 ShapeKey = tuple[int, int, int, int, int, bool]  # C, H, W, M, K, tanh_pool_follows
 
 
@@ -36,7 +42,11 @@ class Timing:
     variant: str
     ms: float  # median; conv + tanh + pool where the layer has them
     date: str
-    source: str  # the bench JSON it came from (a name in results/)
+    source: str  # the bench JSON it came from (a name in results/), or FIRST_USE
+
+    @property
+    def first_use(self) -> bool:
+        return self.source == FIRST_USE
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,7 @@ class Evidence:
     fallback_order: tuple[str, ...] = ()
     path: Path | None = None  # the file it was read from
     standin_for: str | None = None  # set when these are STANDIN_GPU's measurements used for another GPU
+    measured_now: frozenset = frozenset()  # shape keys measured by this process (pyconv.measure); not in the file
 
     def ranking(self, key: ShapeKey) -> tuple[Timing, ...]:
         layer = self.layers.get(key)
@@ -140,7 +151,11 @@ MAX_FILE_BYTES = 64 << 20  # an evidence file is kilobytes
 
 
 def load(path: str | os.PathLike) -> Evidence:
-    return Evidence.from_json(read_json(path, MAX_FILE_BYTES, "evidence file"), Path(path))
+    try:
+        return Evidence.from_json(read_json(path, MAX_FILE_BYTES, "evidence file"), Path(path))
+    except PyconvError as e:
+        raise PyconvError(f"{e} (`invoke evidence` rebuilds it from the bench results; `final` measures again "
+                          "the shapes it lacks)") from None
 
 
 def for_gpu(gpu_name: str, folder: str | os.PathLike | None = None) -> Evidence | None:

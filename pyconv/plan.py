@@ -10,8 +10,10 @@ The rules, from the variants' roles (pyconv.variants; each variant's own file in
 - otherwise milestone 2 and 3: the first `default` variant (ladder order) on every layer; where the build has no
   default (a student handout) the first on-request variant of the ladder (the student's).
 - milestone 4: its default, else the first candidate in ladder order that takes the layer.
-- final: per layer, the fastest variant measured on this GPU for the layer's shape (pyconv.evidence), among those
-  whose final role is default or candidate; a shape never measured runs the final default (the fusing one where
+- final: per layer, the fastest variant measured on this GPU for the layer's shape (pyconv.evidence: by `invoke
+  bench`, or by final itself on first meeting the shape, pyconv.measure, which fills the evidence before plan()
+  is called), among those whose final role is default or candidate; a shape never measured runs the final
+  default (the fusing one where
   tanh + max-pool follow), then the evidence's fallback order, then the candidates in ladder order.
   Precision: TF32 (conv variants that round to TF32, and the fully connected layers through cuBLAS TF32) only for
   weights whose end-to-end bench on this GPU changed no label against PyTorch's float32 network; otherwise float32.
@@ -241,25 +243,43 @@ def _final_choice(variants: Sequence[Variant], site: ConvSite, ev: Evidence | No
     everyone = {v.name: v for v in variants}
     refused: list[str] = []
     passed_over: list[str] = []  # faster on this shape, but not for final
-    # 1. measured on this shape (on this GPU, or on the stand-in GPU)
+    # 1. measured on this shape (on this GPU, or on the stand-in GPU; by a bench run, or by final on first use)
+    allowed = []  # the ranking's timings final may take here, fastest first
     for t in ev.ranking(site.key) if ev else ():
         v = by.get(t.variant)
         if v is None:
             other = everyone.get(t.variant)
-            if other is not None and not passed_over:
+            if other is not None and not passed_over and not allowed:
                 role = other.role("final")
                 passed_over.append(f"{other.name} rounds to TF32" if role.choosable else
                                    f"{other.name} is {role.role} in final: {role.reason}")
             continue
         why = cannot_take(v, site)
         if why:
-            refused.append(why)
+            if not allowed:
+                refused.append(why)
             continue
-        where = f"{t.source}" if ev.standin_for is None else \
-            f"{t.source}, measured on {ev.gpu}: no evidence for {ev.standin_for}"
-        what = "conv + tanh + pool" if site.tanh_pool_follows else "conv"
-        line = (f"fastest {what} measured on this shape{' in float32' if exact else ''} among final's variants "
-                f"({t.ms:.3g} ms at batch {ev.layers[site.key].B}; {where})")
+        allowed.append(t)
+    if allowed:
+        t, v = allowed[0], by[allowed[0].variant]
+        B = ev.layers[site.key].B
+        if t.first_use:
+            if site.key in ev.measured_now:
+                when = "measured now on this GPU"
+            else:
+                when = f"measured on this GPU when final first met this shape ({t.date[:10]}, {ev.where()})"
+            if ev.standin_for is not None:
+                when = (f"measured on {ev.gpu} when final first met this shape ({t.date[:10]}, {ev.where()}): "
+                        f"no evidence for {ev.standin_for}")
+            line = (f"{when}{' in float32' if exact else ''}: {v.name} {t.ms:.3g} ms at batch {B}, "
+                    + (f"{allowed[1].ms / t.ms:.2g}x the next ({allowed[1].variant})" if len(allowed) > 1 else
+                       "the only one of final's variants that passed its check"))
+        else:
+            where = f"{t.source}" if ev.standin_for is None else \
+                f"{t.source}, measured on {ev.gpu}: no evidence for {ev.standin_for}"
+            what = "conv + tanh + pool" if site.tanh_pool_follows else "conv"
+            line = (f"fastest {what} measured on this shape{' in float32' if exact else ''} among final's variants "
+                    f"({t.ms:.3g} ms at batch {B}; {where})")
         if passed_over:
             line += f"; faster: {passed_over[0]}"
         if refused:
@@ -274,6 +294,8 @@ def _final_choice(variants: Sequence[Variant], site: ConvSite, ev: Evidence | No
         raise PyconvError(f"no variant allowed in the final milestone can run {site.label}: "
                           + "; ".join(refused + more))
     src = "no evidence file for this GPU" if ev is None else f"this shape is not in {ev.where()}"
+    if ev is not None and site.key in ev.layers and not ev.ranking(site.key):
+        src = f"no variant passed its check when this shape was measured ({ev.where()})"
     if ev is not None and ev.standin_for is not None:
         src = f"no evidence for {ev.standin_for}, and this shape is not in {ev.where()} ({ev.gpu})"
     role = v.role("final").role

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from pyconv import verify
+from pyconv.core import reference
 from pyconv.core.model import Layer, Model, validate
 
 try:
@@ -68,3 +69,61 @@ def clear_margin(scores: np.ndarray, margin: float) -> np.ndarray:
     """Rows whose top score beats the runner-up by more than `margin` (labels there cannot flip on rounding)."""
     top2 = np.sort(scores, axis=1)[:, -2:]
     return (top2[:, 1] - top2[:, 0]) > margin
+
+
+class StandInGpu:
+    """pyconv._gpu's benchmark API with the reference as the kernel: fake-plain (conv), fake-fused (conv + tanh +
+    pool), fake-wrong (off by one in the last image: the check must catch it), fake-picky (refuses C < 4)."""
+
+    def __init__(self):
+        self.timed: list[str] = []
+
+    @staticmethod
+    def available():
+        return True
+
+    @staticmethod
+    def device_info():
+        return {"name": "Stand-in GPU", "compute_capability": "9.0", "multiprocessors": 1,
+                "cuda_driver_version": 13000, "cuda_runtime_version": 12080}
+
+    @staticmethod
+    def variants():
+        def v(name, step, epilogue="none"):
+            return {"name": name, "step": step, "summary": "stand-in", "epilogue": epilogue, "x_on_host": False,
+                    "precision": "fp32", "rtol": 1e-4, "device": "gpu", "reads_u8": False,
+                    "roles": {"m3": {"role": "on-request", "reason": "a stand-in"}}}
+
+        return [v("fake-plain", 0), v("fake-wrong", 1), v("fake-picky", 2), v("fake-fused", 3, "tanh-maxpool2")]
+
+    @staticmethod
+    def why_unsupported(name, B, C, H, W, M, K):
+        return "needs C >= 4" if name == "fake-picky" and C < 4 else ""
+
+    @staticmethod
+    def conv(name, x, k):
+        y = reference.conv2d(x, k)
+        if name == "fake-wrong":
+            y[-1] += 1.0
+        return reference.tanh_maxpool2(y) if name == "fake-fused" else y
+
+    def time_conv(self, name, x, k, warmup, reps):
+        self.timed.append(name)
+        base = 0.5 if name == "fake-fused" else 2.0
+        return [base * (1 + 0.1 * i) for i in range(reps)]
+
+    def time_conv_tanh_pool(self, name, x, k, warmup, reps):
+        self.timed.append(name + "+tp")
+        return [3.0] * reps
+
+    @staticmethod
+    def measure_copy_bandwidth(nbytes, reps):
+        return [1000.0] * reps
+
+    @staticmethod
+    def measure_fma_rate(reps):
+        return [20000.0] * reps
+
+    @staticmethod
+    def measure_sgemm_rate(n, reps):
+        return [30000.0] * reps

@@ -475,17 +475,17 @@ def test_final_runs_float32_unless_a_bench_of_these_weights_allowed_tf32(tmp_pat
     from pyconv.tools.milestones import make_plan
 
     model = random_model(np.random.default_rng(SEED + 11))
-    monkeypatch.setattr(paths, "EVIDENCE", tmp_path)  # no evidence file for any GPU
-    p = make_plan("final", model, 100)
+    monkeypatch.setattr(paths, "EVIDENCE", tmp_path)  # no evidence file for any GPU: final measures its layers
+    p = make_plan("final", model, 100, echo=lambda _s: None)
     tf32 = {v["name"] for v in gpu().variants() if v["precision"] == "tf32"}
     assert p.fc_math == "fp32" and not set(p.impls) & tf32 and "float32" in p.precision
-    assert all("no evidence file for this GPU" in c.why for c in p.layers)
+    assert all(c.why.startswith("measured now on this GPU in float32: ") for c in p.layers), p.lines()
     name = gpu().device_info()["name"]
     ev = evidence.Evidence(gpu=name, verdicts={model.digest(): evidence.Verdict(
         model.name, model.digest(), True, "2000-01-01", "bench-e2e-x.json")})
     evidence.save(ev, evidence.path_for(name))
-    p = make_plan("final", model, 100)
+    p = make_plan("final", model, 100, echo=lambda _s: None)
     assert p.fc_math == "tf32" and p.precision.startswith("TF32 allowed") and "2000-01-01" in p.precision
     ev.verdicts[model.digest()] = evidence.Verdict(model.name, model.digest(), False, "2000-01-02", "x.json")
     evidence.save(ev, evidence.path_for(name))
-    assert make_plan("final", model, 100).fc_math == "fp32"
+    assert make_plan("final", model, 100, echo=lambda _s: None).fc_math == "fp32"

@@ -1,6 +1,8 @@
 """The evidence file of a GPU (pyconv.evidence) from bench results: `invoke bench` merges each run it writes
-into the evidence folder beside the JSON (results/evidence/ for the default destination), and `invoke evidence`
-rebuilds the files from every bench JSON in a folder (oldest first, so the newest measurement of a shape wins)."""
+into the evidence folder beside the JSON (results/evidence/ for the default destination), `final` adds the shapes
+it measured on first use (pyconv.measure), and `invoke evidence` rebuilds the files from every bench JSON in a
+folder (oldest first, so the newest measurement of a shape wins), keeping the first-use measurements of shapes no
+newer bench run measured."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import os
 from pathlib import Path
 
 from ..core import paths
-from ..evidence import Evidence, LayerEvidence, Timing, Verdict, path_for, save
+from ..core.errors import PyconvError
+from ..evidence import FIRST_USE, Evidence, LayerEvidence, Timing, Verdict, path_for, save
 from ..evidence import load as load_evidence
 from . import schema
 from .schema import BenchResult, LayerResult
@@ -76,6 +79,25 @@ def merge(ev: Evidence | None, result: BenchResult, source: str) -> Evidence | N
                     path=ev.path)
 
 
+def add_first_use(ev: Evidence | None, gpu: str, layers, date: str) -> Evidence:
+    """`ev` (this GPU's evidence, None where it has none) with the rankings of layers `final` measured on first
+    use (LayerResult records from the layer bench), each timing's source FIRST_USE."""
+    ev = ev if ev is not None else Evidence(gpu=gpu)
+    merged = dict(ev.layers)
+    for layer in layers:
+        merged[layer.key] = LayerEvidence(layer.C, layer.H, layer.W, layer.M, layer.K, layer.tanh_pool_follows,
+                                          layer.B, ranking(layer, date, FIRST_USE))
+    return Evidence(gpu=ev.gpu, layers=merged, verdicts=dict(ev.verdicts), fallback_order=fallback_order(
+        merged.values()), path=ev.path)
+
+
+def first_use_only(ev: Evidence) -> Evidence:
+    """The layers of `ev` that `final` measured on first use (what a rebuild from bench files cannot restore)."""
+    kept = {k: e for k, e in ev.layers.items() if e.ranking and all(t.first_use for t in e.ranking)}
+    kept.update({k: e for k, e in ev.layers.items() if not e.ranking})  # measured, and nothing passed
+    return Evidence(gpu=ev.gpu, layers=kept, fallback_order=fallback_order(kept.values()))
+
+
 def update_beside(result: BenchResult, json_path: str | os.PathLike) -> Path | None:
     """Merge a run just written to json_path into <its folder>/evidence/<gpu-slug>.json; the file's path, or None
     when the run measured nothing final chooses from (no GPU, or neither layers nor end-to-end verdicts)."""
@@ -88,16 +110,27 @@ def update_beside(result: BenchResult, json_path: str | os.PathLike) -> Path | N
     return save(merge(old, result, json_path.name), dest)
 
 
-def rebuild(folder: str | os.PathLike | None = None) -> list[Path]:
-    """Every GPU's evidence file from the bench JSON files of `folder` (default results/), oldest run first;
+def rebuild(folder: str | os.PathLike | None = None, echo=None) -> list[Path]:
+    """Every GPU's evidence file from the bench JSON files of `folder` (default results/), oldest run first, on
+    top of the first-use measurements the files held (an unreadable file's are dropped, with a line to `echo`);
     returns the files written."""
     folder = Path(folder or paths.RESULTS)
+    by_gpu: dict[str, Evidence | None] = {}
+    for old in sorted((folder / "evidence").glob("*.json")):
+        try:
+            ev = load_evidence(old)
+        except PyconvError as e:
+            if echo is not None:
+                echo(f"replacing {old}: {e}")
+            continue
+        kept = first_use_only(ev)
+        if kept.layers:
+            by_gpu[ev.gpu] = kept
     runs = []
     for p in sorted(folder.glob("bench-*.json")):
         r = schema.load(p)
         if r.gpu is not None:
             runs.append((r.date, p.name, r))
-    by_gpu: dict[str, Evidence | None] = {}
     for _, name, r in sorted(runs, key=lambda x: (x[0], x[1])):
         by_gpu[r.gpu.name] = merge(by_gpu.get(r.gpu.name), r, name)
     return [save(ev, path_for(gpu, folder / "evidence")) for gpu, ev in sorted(by_gpu.items()) if ev is not None]

@@ -10,6 +10,9 @@ SP19_CONV1 = (1, 48, 48, 6, 5)
 SP19_CONV2 = (6, 22, 22, 16, 5)
 FA17_CONV = (1, 28, 28, 50, 5)
 GOAL_BATCH = 10000
+# `invoke bench --sweep` (pyconv.bench.sweep): the best float32 variant against cuDNN FP32 on every drawn shape.
+SWEEP_WORST = 1.0
+SWEEP_GEOMEAN = 3.0
 
 
 def _goal(name: str, target: str, measured, unit: str, met, note: str = "") -> dict:
@@ -61,6 +64,8 @@ def check_goals(result: dict) -> list[dict]:
         goals.append(_goal("fa17 conv", "<= 0.35", fa_ms, "ms", None if fa_ms is None else fa_ms <= 0.35,
                            "" if fa_ms is not None else "fa17 layer at batch 10000 not in this run "
                            "(add --model ece408-high or fa17)"))
+    if "sweep" in parts:
+        goals += sweep_goals(result.get("sweep") or {})
     if "cpu" in parts:
         for label, key, target in (("cpu-fast sp19 conv1", SP19_CONV1, 0.10),
                                    ("cpu-fast sp19 conv2", SP19_CONV2, 0.12)):
@@ -136,3 +141,21 @@ def yardstick_goals(e: dict | None, note: str) -> list[dict]:
     out.append(_goal("sp19 end to end resident", "<= 0.30", resident, "ms",
                      None if resident is None else resident <= 0.30, note))
     return out
+
+
+def sweep_goals(sweep: dict) -> list[dict]:
+    """The sweep's goals on its float32 comparison (a TF32 variant is held to cuDNN TF32 in the summary only)."""
+    s = next((x for x in sweep.get("summary", []) if x["comparison"] == "fp32"), None)
+    n = s["rows"] if s else 0
+    batch = sweep.get("batch")
+    note = "" if s and s.get("worst") is not None else "no row with both times"
+    if s and s["missing"]:
+        note = f"{s['missing']} row(s) without both times left out"
+    worst, geo = (s.get("worst"), s.get("geomean")) if s else (None, None)
+    where = f" (worst: {s['worst_row']})" if s and s.get("worst_row") else ""
+    return [
+        _goal(f"sweep: worst best-float32 variant x cuDNN FP32 over {n} rows (batch {batch})", f">= {SWEEP_WORST:g}",
+              worst, "x", None if worst is None else worst >= SWEEP_WORST, (note + where).strip()),
+        _goal(f"sweep: geometric mean of best-float32 variant x cuDNN FP32 over {n} rows (batch {batch})",
+              f">= {SWEEP_GEOMEAN:g}", geo, "x", None if geo is None else geo >= SWEEP_GEOMEAN, note),
+    ]

@@ -32,11 +32,11 @@ def torch_gpu():
     return torch
 
 
-def _cudnn_inputs(torch, site: dict, rng: np.random.Generator):
+def _cudnn_inputs(torch, site: dict, rng: np.random.Generator, inputs=None):
     B, C, H, W, M, K = _dims(site)
-    x = torch.from_numpy(verify.random_nonzero(rng, (B, C, H, W))).cuda()
-    k = torch.from_numpy(verify.random_nonzero(rng, (M, C, K, K))).cuda()
-    return x, k
+    x, k = inputs if inputs is not None else (verify.random_nonzero(rng, (B, C, H, W)),
+                                               verify.random_nonzero(rng, (M, C, K, K)))
+    return torch.from_numpy(x).cuda(), torch.from_numpy(k).cuda()
 
 
 def _cudnn_ops(torch, x, k):
@@ -45,19 +45,28 @@ def _cudnn_ops(torch, x, k):
             "conv_tanh_pool_ms": lambda: F.max_pool2d(torch.tanh(F.conv2d(x, k)), 2, 2)}
 
 
-def _cudnn_source(torch) -> str:
+def _cudnn_source(torch, tf32: bool = False) -> str:
     return (f"torch {torch.__version__} conv2d, cuDNN {torch.backends.cudnn.version()}, cudnn.benchmark on, "
-            "TF32 off")
+            f"TF32 {'on' if tf32 else 'off'}")
 
 
-def cudnn_layer(torch, site: dict, rng: np.random.Generator, warmup: int, reps: int) -> dict:
-    x, k = _cudnn_inputs(torch, site, rng)
+def cudnn_layer(torch, site: dict, rng: np.random.Generator, warmup: int, reps: int, *, tf32: bool = False,
+                inputs: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
+    """cuDNN on the layer's shape, CUDA events: conv2d (and conv2d + tanh + max_pool2d where they follow),
+    cudnn.benchmark on; TF32 off (true float32), or on with tf32=True (cuDNN's tensor-core float32 mode: what a
+    TF32 variant of ours compares with). inputs: the (x, k) to use, else fresh ones."""
+    x, k = _cudnn_inputs(torch, site, rng, inputs)
     ops = _cudnn_ops(torch, x, k)
-    out = {"source": _cudnn_source(torch) + "; CUDA events"}
-    with torch.inference_mode():
-        out["conv_ms"] = stats(time_cuda_events(torch, ops["conv_ms"], warmup, reps))
-        if site["tanh_pool_follows"]:
-            out["conv_tanh_pool_ms"] = stats(time_cuda_events(torch, ops["conv_tanh_pool_ms"], warmup, reps))
+    out = {"source": _cudnn_source(torch, tf32) + "; CUDA events"}
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        with torch.inference_mode():
+            out["conv_ms"] = stats(time_cuda_events(torch, ops["conv_ms"], warmup, reps))
+            if site["tanh_pool_follows"]:
+                out["conv_tanh_pool_ms"] = stats(time_cuda_events(torch, ops["conv_tanh_pool_ms"], warmup, reps))
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
     return out
 
 
@@ -96,22 +105,34 @@ def cudnn_jobs(torch, site: dict, rng: np.random.Generator, out: dict, prefix: s
     return [job(key) for key in keys]
 
 
-def bench_gpu_layer(g, site: dict, variants: list[Variant], roof: dict, rng: np.random.Generator, warmup: int,
-                    reps: int, torch=None, jobs: list[Job] | None = None) -> dict:
+def bench_gpu_layer(g, site: dict, variants: list[Variant], roof: dict | None, rng: np.random.Generator,
+                    warmup: int, reps: int, torch=None, jobs: list[Job] | None = None, *, shared_inputs: bool = False,
+                    cudnn_tf32: bool = False) -> dict:
     """Every variant on one layer: check, then time; plus cuDNN. Returns the layer's JSON entry (with `jobs`:
-    complete once NVBench has run them and `finish_layer` has been called)."""
+    complete once NVBench has run them and `finish_layer` has been called).
+
+    roof: the roofline (None: no floor and no % of it). shared_inputs: one x and k for every variant and cuDNN,
+    the reference computed once (a layer of gigabytes, where drawing inputs and the reference per variant would
+    take longer than timing them); otherwise fresh inputs per variant. cudnn_tf32: also cuDNN with TF32 on
+    ("cudnn_tf32"; CUDA events only)."""
     B, C, H, W, M, K = _dims(site)
     fused_site = site["tanh_pool_follows"]
     flops = conv_flops(B, C, H, W, M, K)
     bytes_conv = conv_bytes(B, C, H, W, M, K)
     bytes_fused = conv_bytes(B, C, H, W, M, K, pooled=True)
     layer = dict(site)
-    layer.update({"flops": flops, "bytes": bytes_conv,
-                  "floor_ms": floor_ms(flops, bytes_conv, roof["copy_GBps"], roof["fp32_GFLOPs"])})
+    layer.update({"flops": flops, "bytes": bytes_conv})
+    if roof is not None:
+        layer["floor_ms"] = floor_ms(flops, bytes_conv, roof["copy_GBps"], roof["fp32_GFLOPs"])
     if fused_site:
         layer["bytes_pooled"] = bytes_fused
-        layer["floor_tanh_pool_ms"] = floor_ms(flops, bytes_fused, roof["copy_GBps"], roof["fp32_GFLOPs"])
+        if roof is not None:
+            layer["floor_tanh_pool_ms"] = floor_ms(flops, bytes_fused, roof["copy_GBps"], roof["fp32_GFLOPs"])
     prefix = f"{site['model']}/{site['layer']}"
+    shared = None
+    if shared_inputs:
+        shared = (verify.random_nonzero_batch(rng, (B, C, H, W)), verify.random_nonzero(rng, (M, C, K, K)))
+    references: dict = {}  # the reference per epilogue, for shared inputs
     rows = []
     for v in variants:
         name = v.name
@@ -126,10 +147,14 @@ def bench_gpu_layer(g, site: dict, variants: list[Variant], roof: dict, rng: np.
         if why:
             row["skipped"] = f"unsupported: {why}"
             continue
-        x = verify.random_nonzero(rng, (B, C, H, W))
-        k = verify.random_nonzero(rng, (M, C, K, K))
+        if shared is not None:
+            x, k = shared
+        else:
+            x = verify.random_nonzero(rng, (B, C, H, W))
+            k = verify.random_nonzero(rng, (M, C, K, K))
         try:
-            row["check"] = verify.check_output(g.conv(name, x, k), x, k, v.epilogue, *verify.tolerance(v.rtol, C, K))
+            row["check"] = verify.check_output(g.conv(name, x, k), x, k, v.epilogue, *verify.tolerance(v.rtol, C, K),
+                                               cache=references if shared is not None else None)
             if not row["check"]["passed"]:
                 row["skipped"] = "FAILED the correctness check: not timed"
                 continue
@@ -145,18 +170,23 @@ def bench_gpu_layer(g, site: dict, variants: list[Variant], roof: dict, rng: np.
             row["error"] = f"{type(e).__name__}: {e}"
             continue
     layer["variants"] = rows
+    references.clear()
     if torch is not None:
-        layer["cudnn"] = {}
         try:
             if jobs is None:
-                layer["cudnn"] = cudnn_layer(torch, site, rng, warmup, reps)
+                for key, tf32 in (("cudnn", False), *((("cudnn_tf32", True),) if cudnn_tf32 else ())):
+                    layer[key] = cudnn_layer(torch, site, rng, warmup, reps, tf32=tf32, inputs=shared)
+                    torch.cuda.empty_cache()
             else:
+                layer["cudnn"] = {}
                 jobs += cudnn_jobs(torch, site, rng, layer["cudnn"], prefix)
         except RuntimeError as e:
             layer["cudnn"] = {"error": f"{type(e).__name__}: {e}"}
         torch.cuda.empty_cache()  # give the next variant's buffers back the memory cuDNN's run cached
     else:
         layer["cudnn"] = {"error": "PyTorch with CUDA is not installed: no cuDNN column"}
+        if cudnn_tf32:
+            layer["cudnn_tf32"] = dict(layer["cudnn"])
     if jobs is None:
         finish_layer(layer)
     return layer
@@ -183,7 +213,7 @@ def finish_layer(layer: dict) -> None:
         if "error" in cud.get(key, {}):
             cud.setdefault("error", cud.pop(key)["error"])
     for row in layer["variants"]:
-        if "ms" not in row:
+        if "ms" not in row or "floor_ms" not in layer:  # no roofline (the sweep): no rates
             continue
         pooled = row["epilogue"] == "tanh-maxpool2"
         floor = layer["floor_tanh_pool_ms"] if pooled else layer["floor_ms"]

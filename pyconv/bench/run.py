@@ -37,8 +37,11 @@ What is measured, and how:
   network, the labels back, host clock around the call, which returns after a device sync); the same three for
   the PyTorch network built from the same model (pyconv.engines.framework.build_net). Peak device memory per model.
 
+- Sweep (--sweep): our best correct variant against cuDNN FP32 and TF32 over drawn layer shapes, without and with
+  tanh + max-pool 2/2 after (pyconv.bench.sweep), with its own warm-up and repetitions unless given.
+
 Where each part lives: timing (how times are taken and summarised), roofline (flops, bytes, the floor),
-sites (the layers), gpu_layers, cpu_layers, end_to_end, goals, tags (commit, date, host; where the JSON goes),
+sites (the layers), gpu_layers, cpu_layers, end_to_end, sweep, goals, tags (commit, date, host; where the JSON goes),
 schema (the JSON's records), evidence (the per-GPU file final reads); this module runs them."""
 
 from __future__ import annotations
@@ -61,22 +64,24 @@ from ..report.tables import text_tables
 from ..variants import Variant
 from . import cpu_layers, evidence, goals, gpu_layers, nvbench, roofline, sites, tags
 from . import end_to_end as e2e
+from . import sweep as sweep_mod
 from .schema import FORMAT, VERSION, BenchResult
 from .timing import CPU_REPS, GPU_REPS, WARMUP
 
 INPUTS = "float32, uniform in [0.05, 1] with a random sign, fresh per variant"
 
 
-def parse_parts(cpu: bool, gpu: bool, end_to_end: bool, gpu_available: bool) -> tuple[list[str], str]:
+def parse_parts(cpu: bool, gpu: bool, end_to_end: bool, gpu_available: bool, sweep: bool = False
+                ) -> tuple[list[str], str]:
     """Which parts run, and a line to print when the choice was made for the user. No flag: the GPU layers where
     a GPU is visible, else the CPU layers; otherwise exactly the parts asked for."""
-    if not (cpu or gpu or end_to_end):
+    if not (cpu or gpu or end_to_end or sweep):
         if gpu_available:
             return ["gpu"], ""
         return ["cpu"], "no CUDA GPU visible: benchmarking the CPU variants only"
-    if (gpu or end_to_end) and not gpu_available:
-        raise PyconvError("--gpu/--end-to-end need a CUDA GPU and the built pyconv._gpu; none is visible")
-    return [p for p, on in (("gpu", gpu), ("cpu", cpu), ("end_to_end", end_to_end)) if on], ""
+    if (gpu or end_to_end or sweep) and not gpu_available:
+        raise PyconvError("--gpu/--end-to-end/--sweep need a CUDA GPU and the built pyconv._gpu; none is visible")
+    return [p for p, on in (("gpu", gpu), ("cpu", cpu), ("end_to_end", end_to_end), ("sweep", sweep)) if on], ""
 
 
 def _check_count(value, what: str, low: int) -> int:
@@ -146,11 +151,12 @@ def _gpu_available() -> bool:
 
 def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool = False, gpu: bool = False,
         end_to_end: bool = False, out: str | None = None, variants: str | None = None, seed: int = 0, gpus="1",
-        echo: Callable[[str], None] = print, compiled: str | None = None) -> tuple[dict, Path]:
+        sweep: bool = False, echo: Callable[[str], None] = print, compiled: str | None = None) -> tuple[dict, Path]:
     """The whole benchmark; writes the JSON (and merges it into this GPU's evidence file when it is written to
     the results folder) and returns (result, path). Progress and the table go to `echo`."""
     batch_given = batch is not None
     batch = check_batch(batch if batch_given else goals.GOAL_BATCH)
+    warmup_given = warmup is not None
     warmup = _check_count(WARMUP if warmup is None else warmup, "--warmup", 0)
     if reps is not None:
         _check_count(reps, "--reps", 1)
@@ -159,7 +165,7 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
     check_writable(Path(out) if out else paths.RESULTS / f"bench-{os.getpid()}.json", "--out")
     if out:
         tags.refuse_existing(out)
-    parts, note = parse_parts(cpu, gpu, end_to_end, _gpu_available())
+    parts, note = parse_parts(cpu, gpu, end_to_end, _gpu_available(), sweep)
     if note:
         echo(note)
     load_at_start = tags.load_average()
@@ -192,7 +198,7 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
             check_memory(4 * batch * (site["C"] * site["H"] * site["W"] + site["M"] * ho * wo),
                          f"the CPU benchmark of {site['model']} {site['layer']} at batch {batch}")
 
-    if "gpu" in parts or "end_to_end" in parts:
+    if "gpu" in parts or "end_to_end" in parts or "sweep" in parts:
         g = native.gpu()
         info = dict(g.device_info())
         result.update({"gpu": info, "driver": tags.nvidia_driver(),
@@ -201,14 +207,15 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
         tg = gpu_layers.torch_gpu()
         if tg is None:
             echo("PyTorch with CUDA not available: no cuDNN / PyTorch columns")
-        if "gpu" in parts:
-            gpu_reps = _check_count(reps if reps is not None else GPU_REPS, "--reps", 1)
-            result["settings"]["gpu_reps"] = gpu_reps
+        chosen = [v for v in gpu_all if v.name in gpu_names]
+        if "gpu" in parts or "sweep" in parts:
             echo(f"{info['name']}: measuring the roofline (copy bandwidth, FFMA rate, SGEMM rate)")
             roof = roofline.measure_roofline(g)
             result["roofline"] = roof
             autotune.load_cache(info["name"])  # the tunable kernel runs with this GPU's tuned configurations
-            chosen = [v for v in gpu_all if v.name in gpu_names]
+        if "gpu" in parts:
+            gpu_reps = _check_count(reps if reps is not None else GPU_REPS, "--reps", 1)
+            result["settings"]["gpu_reps"] = gpu_reps
             if not chosen:
                 echo("--variants names no GPU variant: no GPU layer benchmark")
             jobs, result["settings"]["timing"] = timing_method(echo)
@@ -234,6 +241,15 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
                      + (" (with the torch.compile yardsticks: minutes)" if name in with_compiled and tg else ""))
                 result["end_to_end"].append(e2e.bench_end_to_end(name, batch, warmup, e2e_reps, tg, n_gpus,
                                                                  compiled=name in with_compiled))
+
+    if "sweep" in parts:
+        if not chosen:
+            raise PyconvError("--sweep: --variants names no GPU variant")
+        sw_warmup = warmup if warmup_given else sweep_mod.WARMUP
+        sw_reps = _check_count(reps if reps is not None else sweep_mod.REPS, "--reps", 1)
+        echo(f"sweep: {sweep_mod.SHAPES} drawn layer shapes x {len(chosen)} variants at batch {batch}, warm-up "
+             f"{sw_warmup}, median of {sw_reps}")
+        result["sweep"] = sweep_mod.run_sweep(g, chosen, roof, batch, sw_warmup, sw_reps, tg, echo)
 
     if "cpu" in parts:
         c = native.cpu()

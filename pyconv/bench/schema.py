@@ -4,12 +4,15 @@ existed load with that field None or empty); the bench checks every result it wr
 
 The layout (every time in milliseconds unless the key says seconds):
   BenchResult: format, version, parts, date, commit, host_cpu, gpu, driver, cuda_driver_api, cuda_runtime, torch,
-               settings, roofline, layers [LayerResult], cpu [CpuRow], end_to_end [EndToEnd], goals [Goal],
-               host_load
+               settings, roofline, layers [LayerResult], cpu [CpuRow], end_to_end [EndToEnd], sweep [Sweep],
+               goals [Goal], host_load
   LayerResult: the conv layer (model, arch, layer, B C H W M K, tanh_pool_follows), its flops, bytes and roofline
                floor, one VariantRow per variant, cuDNN's times, the best variants
   EndToEnd:    one model through the whole network: pyconv's final configuration (Measured), PyTorch's, the
-               precision verdict (model_digest, reduced_precision_ok) and the multi-GPU scaling"""
+               precision verdict (model_digest, reduced_precision_ok) and the multi-GPU scaling
+  Sweep:       `invoke bench --sweep`: drawn layer shapes, one SweepRow per shape without and with tanh +
+               max-pool 2/2 (every variant's time or why none, the best, cuDNN FP32 and TF32, the ratios), and
+               one SweepSummary per comparison (worst and geometric mean of cuDNN ms / our ms)"""
 
 from __future__ import annotations
 
@@ -151,6 +154,7 @@ class LayerResult(Record):
     floor_tanh_pool_ms: float | None = None
     variants: list[VariantRow] = field(default_factory=list, metadata=_conv(_list_of(VariantRow)))
     cudnn: Cudnn = field(default_factory=Cudnn, metadata=_conv(Cudnn.from_dict))
+    cudnn_tf32: Cudnn | None = field(default=None, metadata=_conv(Cudnn.from_dict))  # where measured
     best_conv: Best | None = field(default=None, metadata=_conv(Best.from_dict))
     best_conv_tanh_pool: Best | None = field(default=None, metadata=_conv(Best.from_dict))
     best: Best | None = field(default=None, metadata=_conv(Best.from_dict))
@@ -273,6 +277,70 @@ class EndToEnd(Record):
 
 
 @dataclass(frozen=True)
+class SweepVariant(Record):
+    """One variant on one sweep row: its median time (conv + tanh + pool in a row with them: a fusing variant's
+    launch, any other's conv followed by the shared tanh and pooling kernels), or why it has none."""
+
+    variant: str
+    precision: str = "fp32"
+    ms: float | None = None
+    skipped: str | None = None  # does not take the shape
+    failed: str | None = None  # failed the correctness check: not timed
+    error: str | None = None  # raised while checked or timed
+
+
+@dataclass(frozen=True)
+class SweepBest(Record):
+    variant: str
+    ms: float
+    precision: str = "fp32"
+
+
+@dataclass(frozen=True)
+class SweepRow(Record):
+    shape: str  # "s07": the drawn shape's name, the same in its two rows
+    B: int
+    C: int
+    H: int
+    W: int
+    M: int
+    K: int
+    tanh_pool: bool
+    variants: list[SweepVariant] = field(default_factory=list, metadata=_conv(_list_of(SweepVariant)))
+    best: SweepBest | None = field(default=None, metadata=_conv(SweepBest.from_dict))  # of all, TF32 included
+    best_fp32: SweepBest | None = field(default=None, metadata=_conv(SweepBest.from_dict))
+    cudnn_fp32_ms: float | None = None
+    cudnn_tf32_ms: float | None = None
+    x_cudnn_fp32: float | None = None  # cuDNN FP32 ms / best_fp32 ms
+    x_cudnn_tf32: float | None = None  # cuDNN TF32 ms / best ms
+    cudnn_error: str | None = None
+
+
+@dataclass(frozen=True)
+class SweepSummary(Record):
+    comparison: str  # "fp32" or "tf32"
+    title: str
+    rows: int  # rows with both times
+    missing: int  # rows without one of them
+    worst: float | None = None
+    worst_row: str = ""
+    geomean: float | None = None
+
+
+@dataclass(frozen=True)
+class Sweep(Record):
+    seed: int
+    batch: int
+    warmup: int
+    reps: int
+    ranges: dict = field(default_factory=dict)
+    cudnn_source: str = ""
+    rows: list[SweepRow] = field(default_factory=list, metadata=_conv(_list_of(SweepRow)))
+    summary: list[SweepSummary] = field(default_factory=list, metadata=_conv(_list_of(SweepSummary)))
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
 class Goal(Record):
     name: str
     target: str
@@ -355,6 +423,7 @@ class BenchResult(Record):
     layers: list[LayerResult] = field(default_factory=list, metadata=_conv(_list_of(LayerResult)))
     cpu: list[CpuRow] = field(default_factory=list, metadata=_conv(_list_of(CpuRow)))
     end_to_end: list[EndToEnd] = field(default_factory=list, metadata=_conv(_list_of(EndToEnd)))
+    sweep: Sweep | None = field(default=None, metadata=_conv(Sweep.from_dict))
     goals: list[Goal] = field(default_factory=list, metadata=_conv(_list_of(Goal)))
     host_load: HostLoad | None = field(default=None, metadata=_conv(HostLoad.from_dict))
 

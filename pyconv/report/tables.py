@@ -330,6 +330,34 @@ def multi_gpu_table(result: BenchResult) -> Table:
     return t
 
 
+def sweep_table(result: BenchResult) -> Table:
+    sw = result.sweep
+    t = Table(f"Sweep: {len({r.shape for r in sw.rows})} drawn layer shapes, batch {sw.batch} (seed {sw.seed}), "
+              "without and with tanh + max-pool 2/2",
+              ["shape", "+tanh+pool", "best float32", "ms", "cuDNN FP32 ms", "x FP32", "best (TF32 allowed)", "ms",
+               "cuDNN TF32 ms", "x TF32", "failed / error"])
+    for r in sw.rows:
+        bad = [v.variant for v in r.variants if v.failed or v.error]
+        t.rows.append([f"{r.shape} C={r.C} {r.H}x{r.W} M={r.M} K={r.K}", "yes" if r.tanh_pool else "no",
+                       r.best_fp32.variant if r.best_fp32 else "none passed", num(r.best_fp32 and r.best_fp32.ms),
+                       num(r.cudnn_fp32_ms), num(r.x_cudnn_fp32, 2), r.best.variant if r.best else "none passed",
+                       num(r.best and r.best.ms), num(r.cudnn_tf32_ms), num(r.x_cudnn_tf32, 2),
+                       ", ".join(bad) or "-"])
+    t.notes += [sw.cudnn_source, f"warm-up {sw.warmup}, median of {sw.reps}; every variant's time (or why none) "
+                "is in the JSON's sweep rows" + (f"; {sw.seconds:g} s in all" if sw.seconds is not None else "")]
+    t.notes += [f"cuDNN: {e}" for e in dict.fromkeys(r.cudnn_error for r in sw.rows if r.cudnn_error)]
+    return t
+
+
+def sweep_summary_table(result: BenchResult) -> Table:
+    t = Table("Sweep summary (x cuDNN = cuDNN ms / our ms)", ["comparison", "rows", "worst", "worst row",
+                                                               "geometric mean"])
+    for s in result.sweep.summary:
+        t.rows.append([s.title, str(s.rows) + (f" ({s.missing} without both times)" if s.missing else ""),
+                       num(s.worst, 2), s.worst_row or "-", num(s.geomean, 2)])
+    return t
+
+
 def goals_table(result: BenchResult) -> Table:
     t = Table("Goals", ["goal", "target", "measured", "met", "note"])
     for g in result.goals:
@@ -353,6 +381,8 @@ def tables(result: BenchResult | dict) -> list[Table]:
             out.append(pipe)
         if any(e.multi_gpu for e in result.end_to_end):
             out.append(multi_gpu_table(result))
+    if result.sweep is not None:
+        out += [sweep_table(result), sweep_summary_table(result)]
     if result.goals:
         out.append(goals_table(result))
     return out

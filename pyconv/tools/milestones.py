@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import evidence, native, variants
+from .. import evidence, measure, native, variants
 from ..core import data, paths
 from ..core.checks import MAX_BATCH, check_batch
 from ..core.data import accuracy
@@ -67,15 +67,20 @@ def load_inputs(model: Model, batch: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def make_plan(m: str, model: Model, batch: int, impl: str | None = None, fallback: bool = False,
-              gpu_name: str | None = None) -> Plan:
+              gpu_name: str | None = None, echo=print) -> Plan:
     """What milestone m (2, 3, 4 or final) runs for `model` at this batch. final reads the evidence of this GPU
-    (or of the GPU named gpu_name, which needs none visible): results/evidence/<gpu>.json, pyconv.evidence."""
+    (or of the GPU named gpu_name, which needs none visible): results/evidence/<gpu>.json, pyconv.evidence; on the
+    visible GPU it first measures the layer shapes that file lacks (pyconv.measure; progress to `echo`)."""
     sites = conv_sites(model, batch)
     if m == "2":
         return plan(m, sites, variants.cpu_variants(), None, impl)
+    ev = None
     if gpu_name is None:
         gpu_name = native.gpu().device_info()["name"]
-    ev = evidence.for_gpu(gpu_name) if m == "final" and impl is None else None
+        if m == "final" and impl is None:
+            ev = measure.evidence_for(sites, gpu_name, echo=echo)
+    elif m == "final" and impl is None:
+        ev = evidence.for_gpu(gpu_name)
     return plan(m, sites, variants.gpu_variants(), ev, impl, model_digest=model.digest(), fallback=fallback)
 
 
@@ -257,8 +262,14 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
         argv.append("--fallback")
     if record:
         argv += ["--record", record]
+    planned = None
+    if m == "final" and impl is None:
+        # Layer shapes this GPU has no evidence for are measured here, before the timed run (a damaged evidence
+        # file: one line here).
+        planned = make_plan(m, loaded, batch)
     try:
-        header = "\n".join(provenance(m, loaded, make_plan(m, loaded, batch, impl, fallback), student_dir=sdir))
+        header = "\n".join(provenance(m, loaded, planned or make_plan(m, loaded, batch, impl, fallback),
+                                      student_dir=sdir))
     except PyconvError as e:
         header = f"# provenance incomplete: {one_line(e)}"
     tag = f"m{m}-{Path(model).stem}-b{batch}" + (f"-{impl}" if impl else "")

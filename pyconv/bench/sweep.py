@@ -1,0 +1,152 @@
+"""`invoke bench --sweep`: our best correct variant against cuDNN on layer shapes nobody tuned for.
+
+SHAPES shapes are drawn with a fixed seed (C in 1..32, M in 4..64, K in 3/5/7, H = W in 12..96; valid conv,
+stride 1, H - K + 1 >= 2 so that max-pool 2/2 has a window). Each shape is measured once by the layer bench
+(pyconv.bench.gpu_layers.bench_gpu_layer, as a layer followed by tanh + max-pool 2/2, one x and k shared by every
+variant): every variant that takes it is checked against the reference, then timed; cuDNN is timed with TF32 off
+and on in the same run. That gives each shape two rows:
+- conv alone: the plain variants' launches against conv2d;
+- conv + tanh + max-pool 2/2: a fusing variant's launch, or a plain variant followed by the shared tanh and
+  pooling kernels, against conv2d + tanh + max_pool2d.
+Precision is compared like for like: the best variant that computes in float32 against cuDNN FP32, and the best
+of all (a TF32 variant of ours included) against cuDNN TF32. x cuDNN = cuDNN ms / our ms (> 1: we are faster);
+the summary gives the worst row and the geometric mean per comparison, and pyconv.bench.goals holds them to the
+goals."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from ..variants import Variant
+from . import gpu_layers
+
+SHAPES = 40
+SEED = 15  # fixed: every run measures the same shapes
+RANGES = {"C": (1, 32), "M": (4, 64), "K": (3, 5, 7), "HW": (12, 96)}
+# Fewer repetitions than the layer bench's (5 + 20): 40 shapes of up to 12 GB inputs times every variant must fit
+# in minutes; the median of 5 after 2 warm-ups is what a ratio to cuDNN needs.
+WARMUP = 2
+REPS = 5
+COMPARISONS = {"fp32": "best float32 variant x cuDNN FP32", "tf32": "best variant (TF32 allowed) x cuDNN TF32"}
+
+
+def draw_shapes(n: int = SHAPES, seed: int = SEED) -> list[tuple[int, int, int, int, int]]:
+    """n distinct (C, H, W, M, K), drawn with `seed` from RANGES (H = W, H - K + 1 >= 2)."""
+    rng = np.random.default_rng(seed)
+    shapes: list[tuple[int, int, int, int, int]] = []
+    while len(shapes) < n:
+        c = int(rng.integers(RANGES["C"][0], RANGES["C"][1] + 1))
+        m = int(rng.integers(RANGES["M"][0], RANGES["M"][1] + 1))
+        k = int(rng.choice(RANGES["K"]))
+        h = int(rng.integers(RANGES["HW"][0], RANGES["HW"][1] + 1))
+        if h - k + 1 >= 2 and (c, h, h, m, k) not in shapes:
+            shapes.append((c, h, h, m, k))
+    return shapes
+
+
+def sites(shapes, batch: int) -> list[dict]:
+    """The shapes as layer-bench sites (each followed by tanh + max-pool 2/2, so that both rows are measured)."""
+    return [{"model": "sweep", "arch": "", "layer": f"s{i:02d}", "B": batch, "C": c, "H": h, "W": w, "M": m, "K": k,
+             "tanh_pool_follows": True} for i, (c, h, w, m, k) in enumerate(shapes)]
+
+
+def _median(stats: dict | None) -> float | None:
+    return stats.get("median") if isinstance(stats, dict) else None
+
+
+def _entry(row: dict, precision: str, pooled_row: bool) -> dict:
+    """One variant's cell in a sweep row from its layer-bench row."""
+    out = {"variant": row["variant"], "precision": precision}
+    fuses = row["epilogue"] == "tanh-maxpool2"
+    if fuses and not pooled_row:
+        out["skipped"] = "fuses tanh + max-pool 2/2: in the row with them"
+    elif "error" in row:
+        out["error"] = row["error"]
+    elif row.get("check") and not row["check"]["passed"]:
+        out["failed"] = row["check"].get("why") or "failed the correctness check"
+    elif "skipped" in row:
+        out["skipped"] = row["skipped"]
+    else:
+        ms = _median(row.get("ms") if fuses or not pooled_row else row.get("tanh_pool_ms"))
+        if ms is None:
+            out["skipped"] = "not timed"
+        else:
+            out["ms"] = ms
+    return out
+
+
+def _best(entries: list[dict], fp32_only: bool) -> dict | None:
+    timed = [e for e in entries if "ms" in e and (e["precision"] == "fp32" or not fp32_only)]
+    if not timed:
+        return None
+    b = min(timed, key=lambda e: e["ms"])
+    return {"variant": b["variant"], "ms": b["ms"], "precision": b["precision"]}
+
+
+def rows_of(layer: dict, precisions: dict[str, str]) -> list[dict]:
+    """A measured shape's two rows (conv alone; conv + tanh + pool). precisions: variant name -> 'fp32'/'tf32'."""
+    out = []
+    for pooled in (False, True):
+        key = "conv_tanh_pool_ms" if pooled else "conv_ms"
+        entries = [_entry(r, precisions.get(r["variant"], "fp32"), pooled) for r in layer["variants"]]
+        row = {"shape": layer["layer"], **{d: layer[d] for d in ("B", "C", "H", "W", "M", "K")}, "tanh_pool": pooled,
+               "variants": entries, "best": _best(entries, False), "best_fp32": _best(entries, True),
+               "cudnn_fp32_ms": _median(layer.get("cudnn", {}).get(key)),
+               "cudnn_tf32_ms": _median(layer.get("cudnn_tf32", {}).get(key))}
+        errors = [layer[c]["error"] for c in ("cudnn", "cudnn_tf32") if layer.get(c, {}).get("error")]
+        if errors:
+            row["cudnn_error"] = "; ".join(dict.fromkeys(errors))
+        if row["best_fp32"] and row["cudnn_fp32_ms"]:
+            row["x_cudnn_fp32"] = row["cudnn_fp32_ms"] / row["best_fp32"]["ms"]
+        if row["best"] and row["cudnn_tf32_ms"]:
+            row["x_cudnn_tf32"] = row["cudnn_tf32_ms"] / row["best"]["ms"]
+        out.append(row)
+    return out
+
+
+def row_label(row: dict) -> str:
+    return (f"{row['shape']} C={row['C']} {row['H']}x{row['W']} M={row['M']} K={row['K']}"
+            + (" + tanh + pool" if row["tanh_pool"] else ""))
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    """Per comparison: the worst ratio (and its row) and the geometric mean over the rows that have both times."""
+    out = []
+    for comp, title in COMPARISONS.items():
+        have = [(r[f"x_cudnn_{comp}"], r) for r in rows if r.get(f"x_cudnn_{comp}")]
+        s = {"comparison": comp, "title": title, "rows": len(have), "missing": len(rows) - len(have)}
+        if have:
+            worst, wrow = min(have, key=lambda p: p[0])
+            s.update(worst=worst, worst_row=row_label(wrow),
+                     geomean=math.exp(sum(math.log(x) for x, _ in have) / len(have)))
+        out.append(s)
+    return out
+
+
+def run_sweep(g, chosen: list[Variant], roof: dict | None, batch: int, warmup: int, reps: int, torch,
+              echo: Callable[[str], None] = print, shapes=None, seed: int = SEED) -> dict:
+    """Measure every drawn shape (progress to `echo`); returns the JSON's "sweep" section."""
+    shapes = draw_shapes(seed=seed) if shapes is None else shapes
+    precisions = {v.name: v.precision for v in chosen}
+    rng = np.random.default_rng(seed)
+    rows: list[dict] = []
+    sources = ""
+    start = time.monotonic()
+    todo = sites(shapes, batch)
+    for i, site in enumerate(todo):
+        elapsed = time.monotonic() - start
+        eta = f", about {elapsed / i * (len(todo) - i):.0f} s to go" if i else ""
+        echo(f"sweep {i + 1}/{len(todo)}: C={site['C']} {site['H']}x{site['W']} M={site['M']} K={site['K']} "
+             f"at batch {batch} ({elapsed:.0f} s{eta})")
+        layer = gpu_layers.bench_gpu_layer(g, site, chosen, roof, rng, warmup, reps, torch, shared_inputs=True,
+                                           cudnn_tf32=True)
+        sources = sources or "; ".join(layer[c]["source"] for c in ("cudnn", "cudnn_tf32")
+                                       if layer.get(c, {}).get("source"))
+        rows += rows_of(layer, precisions)
+    return {"seed": seed, "batch": batch, "warmup": warmup, "reps": reps,
+            "ranges": {k: list(v) for k, v in RANGES.items()}, "cudnn_source": sources, "rows": rows,
+            "summary": summarise(rows), "seconds": round(time.monotonic() - start, 1)}

@@ -1,0 +1,137 @@
+"""`invoke bench --sweep` (pyconv.bench.sweep): the drawn shapes, the rows and ratios, the summary and goals, driven
+by a stand-in for pyconv._gpu and for cuDNN where no GPU is visible; the real module on a GPU (marker gpu)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from gpu_helpers import StandInGpu, requires_gpu
+
+from pyconv import autotune, native, variants
+from pyconv.bench import gpu_layers, schema, sweep
+from pyconv.bench import run as bench
+
+
+def test_the_shapes_are_fixed_distinct_and_in_range():
+    shapes = sweep.draw_shapes()
+    assert shapes == sweep.draw_shapes() and len(shapes) == sweep.SHAPES >= 40 and len(set(shapes)) == len(shapes)
+    for c, h, w, m, k in shapes:
+        assert 1 <= c <= 32 and 4 <= m <= 64 and k in (3, 5, 7) and 12 <= h <= 96 and h == w and h - k + 1 >= 2
+    # the draw covers the ranges, not a corner of them
+    assert {k for *_, k in shapes} == {3, 5, 7} and max(h for _, h, *_ in shapes) > 80 > 20 > min(
+        h for _, h, *_ in shapes)
+    assert sweep.draw_shapes(seed=sweep.SEED + 1) != shapes
+
+
+class SweepGpu(StandInGpu):
+    """The stand-in with a TF32 variant that is faster than every float32 one (2.2 ms median of 3 reps)."""
+
+    @staticmethod
+    def variants():
+        out = StandInGpu.variants()
+        tf32 = dict(out[0], name="fake-tf32", step=4, precision="tf32")
+        return [*out, tf32]
+
+    @staticmethod
+    def conv(name, x, k):
+        return StandInGpu.conv("fake-plain" if name == "fake-tf32" else name, x, k)
+
+    def time_conv(self, name, x, k, warmup, reps):
+        times = super().time_conv(name, x, k, warmup, reps)
+        return [t / 2 for t in times] if name == "fake-tf32" else times
+
+
+class FakeTorch:
+    class cuda:  # noqa: N801 (the attribute torch has)
+        @staticmethod
+        def empty_cache():
+            pass
+
+
+def fake_cudnn(torch, site, rng, warmup, reps, *, tf32=False, inputs=None):
+    """cuDNN FP32: conv 4.4 ms, conv + tanh + pool 5.5; TF32: 2.2 and 1.1."""
+    conv, pooled = (2.2, 1.1) if tf32 else (4.4, 5.5)
+    assert inputs is not None and inputs[0].shape == (site["B"], site["C"], site["H"], site["W"])  # shared x, k
+    return {"source": f"stand-in cuDNN, TF32 {'on' if tf32 else 'off'}", "conv_ms": {"median": conv},
+            "conv_tanh_pool_ms": {"median": pooled}}
+
+
+SHAPES = [(1, 12, 12, 4, 3), (3, 13, 13, 5, 5)]
+
+
+def test_sweep_rows_ratios_summary_and_goals(tmp_path, monkeypatch):
+    g = SweepGpu()
+    monkeypatch.setattr(bench, "_gpu_available", lambda: True)
+    monkeypatch.setattr(native, "gpu", lambda *_a, **_k: g)
+    monkeypatch.setattr(autotune, "load_cache", lambda _name: 0)
+    monkeypatch.setattr(gpu_layers, "torch_gpu", lambda: FakeTorch)
+    monkeypatch.setattr(gpu_layers, "cudnn_layer", fake_cudnn)
+    monkeypatch.setattr(sweep, "draw_shapes", lambda seed=sweep.SEED: SHAPES)
+    stand_ins = [variants.from_dict(d, lambda s, n=d["name"]: g.why_unsupported(n, *s)) for d in g.variants()]
+    monkeypatch.setattr(bench, "_registries", lambda: (stand_ins, []))
+    lines: list[str] = []
+    result, dest = bench.run(batch=40, reps=3, sweep=True, out=str(tmp_path / "s.json"), echo=lines.append)
+    assert result["parts"] == ["sweep"] and not result["layers"]
+    doc = schema.load(dest)  # through the schema: typed records
+    sw = doc.sweep
+    assert (sw.batch, sw.warmup, sw.reps, sw.seed) == (40, sweep.WARMUP, 3, sweep.SEED)
+    assert [(r.shape, r.tanh_pool) for r in sw.rows] == [("s00", False), ("s00", True), ("s01", False), ("s01", True)]
+    plain, pooled = sw.rows[0], sw.rows[1]
+    cells = {v.variant: v for v in plain.variants}
+    assert cells["fake-plain"].ms == pytest.approx(2.2) and cells["fake-tf32"].ms == pytest.approx(1.1)
+    assert cells["fake-tf32"].precision == "tf32" and "elements off" in cells["fake-wrong"].failed
+    assert cells["fake-wrong"].ms is None and "fake-wrong" not in g.timed  # a failed variant is never timed
+    assert "in the row with them" in cells["fake-fused"].skipped
+    assert cells["fake-picky"].skipped == "unsupported: needs C >= 4"
+    # like for like: the best float32 variant against cuDNN FP32, the best of all against cuDNN TF32
+    assert plain.best_fp32.variant == "fake-plain" and plain.best.variant == "fake-tf32"
+    assert plain.x_cudnn_fp32 == pytest.approx(4.4 / 2.2) and plain.x_cudnn_tf32 == pytest.approx(2.2 / 1.1)
+    pcells = {v.variant: v for v in pooled.variants}
+    assert pcells["fake-plain"].ms == 3.0 and pcells["fake-fused"].ms == pytest.approx(0.55)  # conv + tanh + pool
+    assert pooled.best.variant == pooled.best_fp32.variant == "fake-fused"
+    assert pooled.x_cudnn_fp32 == pytest.approx(5.5 / 0.55) and pooled.x_cudnn_tf32 == pytest.approx(1.1 / 0.55)
+    fp32, tf32 = sw.summary
+    assert (fp32.comparison, fp32.rows, fp32.missing) == ("fp32", 4, 0)
+    assert fp32.worst == pytest.approx(2.0) and fp32.worst_row.startswith("s00 C=1 12x12 M=4 K=3")
+    assert fp32.geomean == pytest.approx(math.sqrt(2.0 * 10.0)) and tf32.worst == pytest.approx(2.0)
+    goals = {x.name.split(" over")[0]: x for x in doc.goals}
+    worst = goals["sweep: worst best-float32 variant x cuDNN FP32"]
+    geo = goals["sweep: geometric mean of best-float32 variant x cuDNN FP32"]
+    assert worst.met is True and worst.measured == pytest.approx(2.0) and "s00" in worst.note
+    assert geo.met is True and geo.target == ">= 3"
+    assert any(line.startswith("sweep 2/2: C=3 13x13 M=5 K=5 at batch 40") for line in lines)
+    table = lines[-1]
+    assert "Sweep summary" in table and "best float32 variant x cuDNN FP32" in table and "fake-wrong" in table
+    assert json.loads(dest.read_text())["sweep"]["rows"][0]["variants"][0]["variant"] == "fake-plain"
+
+
+def test_goals_missed_and_unmeasured():
+    rows = [{"shape": "s00", "C": 1, "H": 12, "W": 12, "M": 4, "K": 3, "tanh_pool": False, "x_cudnn_fp32": 0.5},
+            {"shape": "s00", "C": 1, "H": 12, "W": 12, "M": 4, "K": 3, "tanh_pool": True, "x_cudnn_fp32": 8.0},
+            {"shape": "s01", "C": 2, "H": 12, "W": 12, "M": 4, "K": 3, "tanh_pool": True}]
+    from pyconv.bench import goals
+
+    worst, geo = goals.sweep_goals({"batch": 10, "summary": sweep.summarise(rows)})
+    assert worst["met"] is False and worst["measured"] == 0.5 and "1 row(s) without both times" in worst["note"]
+    assert geo["met"] is False and geo["measured"] == pytest.approx(2.0)
+    none = goals.sweep_goals({"batch": 10, "summary": sweep.summarise(rows[2:])})
+    assert all(x["met"] is None and x["measured"] is None for x in none)
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_sweep_on_the_gpu_small(tmp_path, monkeypatch):
+    """The real module and cuDNN (where PyTorch has CUDA) on two drawn shapes at batch 8."""
+    first = sweep.draw_shapes()[:2]
+    monkeypatch.setattr(sweep, "draw_shapes", lambda seed=sweep.SEED: first)
+    result, dest = bench.run(batch=8, reps=2, warmup=1, sweep=True, out=str(tmp_path / "s.json"),
+                             echo=lambda _s: None)
+    sw = schema.load(dest).sweep
+    assert len(sw.rows) == 4
+    for row in sw.rows:
+        assert row.best_fp32 is not None and row.best_fp32.ms > 0
+        assert not [v for v in row.variants if v.failed or v.error], row.variants
+        if gpu_layers.torch_gpu() is not None:
+            assert row.cudnn_fp32_ms > 0 and row.cudnn_tf32_ms > 0 and row.x_cudnn_fp32 > 0
