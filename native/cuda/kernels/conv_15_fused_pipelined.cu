@@ -43,6 +43,7 @@
 #include <tuple>
 #include <utility>
 
+#include "cuda/kernels/fast_div.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/registry.cuh"
 
@@ -62,21 +63,6 @@ constexpr size_t kWeightBytesMax = 32 * 1024;
 constexpr int kSlackFloats = 16;  // after each buffer: in-place reads of the last row run past it (unstored outputs)
 
 __host__ __device__ constexpr int round_up(int v, int to) { return (v + to - 1) / to * to; }
-
-// n / d for 0 <= n < 2^31 as a multiply-high and a shift (Granlund-Montgomery; the same scheme as PyTorch's
-// IntDivider): m = floor(2^32 * (2^s - d) / d) + 1 with 2^s >= d, then n / d = (umulhi(n, m) + n) >> s. Exact for
-// every n < 2^31 (t + n stays below 2^32 because t <= n).
-struct FastDiv {
-  uint32_t d = 1, m = 1;
-  int s = 0;
-  FastDiv() = default;
-  explicit FastDiv(uint32_t div) : d(div) {
-    s = 0;
-    while (s < 32 && (uint64_t(1) << s) < div) ++s;
-    m = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << s) - div)) / div + 1);
-  }
-  __device__ __forceinline__ uint32_t div(uint32_t n) const { return (__umulhi(n, m) + n) >> s; }
-};
 
 enum CopyMode : int { kCopy16 = 0, kCopy4 = 1, kCopySync = 2 };
 

@@ -1,9 +1,11 @@
 // Launchers of ladder steps that later steps fall back to, for shapes their own kernels do not cover:
 // step 6 (specialised) runs step 5 (register-tiled), step 12 (constant-operand) runs step 6, and step 9 (streams)
-// runs step 7 (channel-parallel) where the tensor-core kernel refuses the shape.
+// runs step 7 (channel-parallel) where the tensor-core kernel refuses the shape; step 16 (fused-warp-specialised)
+// runs step 15 (fused-pipelined) for the first layers it has no kernel for.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "common/conv_shape.hpp"
@@ -16,5 +18,9 @@ void conv_fwd_gpu_specialised(const float* x, const float* k, float* y, const Co
 std::string conv_supports_gpu_specialised(const ConvShape& s);
 void conv_fwd_gpu_channel_parallel(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
 std::string conv_supports_gpu_channel_parallel(const ConvShape& s);
+void conv_fwd_gpu_fused_pipelined(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+void conv_fwd_gpu_fused_pipelined_u8(const uint8_t* x, const float* k, float* y, const ConvShape& s,
+                                     cudaStream_t st);
+std::string conv_supports_gpu_fused_pipelined(const ConvShape& s);
 
 }  // namespace pyconv

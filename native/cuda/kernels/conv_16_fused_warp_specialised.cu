@@ -1,0 +1,470 @@
+// Step 16 -- gpu-fused-warp-specialised: convolution + tanh + 2x2/2 max pooling for a network's first layer (one
+// input channel, K = 5), FP32 FFMAs, with one producer warp streaming images into a ring of shared-memory slots
+// and consumer warps that never wait on each other.
+//
+// Changes from step 15 (gpu-fused-pipelined) and why (step 15 reached about half of the FP32 FFMA floor on sp19
+// conv1 and fa17: results/bench-nvidia-h200-2026-11-23-ladder-sp19-fa19.json,
+// results/bench-nvidia-h200-2026-11-23-fused-first-layers.json):
+// - A compact hot loop. Step 15 unrolls all K*K taps of an item: its sm_90 code for K=5, MB=6 holds ~2,700 FFMAs
+//   (~43 KB of straight-line code per item, cuobjdump --dump-sass), several times the per-sub-partition
+//   instruction cache, walked by 3 warps per scheduler at different places. Here the kernel-row loop stays rolled
+//   (`#pragma unroll 1`): one iteration is 80*MB FFMAs (480 for MB=6, ~8 KB) plus its 2*4 + ceil(5*MB/4) LDS.128,
+//   and the whole item (loop, epilogue, bookkeeping) stays near 12 KB.
+// - Bigger items: a thread computes a 4x4 patch of conv outputs (2x2 pooled outputs) for MB channels (MB = 6 when
+//   M % 6 == 0: sp19/sp18 conv1 in one group; MB = 5 when M % 5 == 0: fa17's 50 channels in 10 groups). Every
+//   weight it loads (LDS.128 broadcasts, 4 weights each) feeds 16 FFMAs, every input row load (2 x LDS.128 of 8
+//   floats) feeds 20*MB. sm_90 SASS (CUDA 13, cuobjdump --dump-sass): one kernel-row iteration is 502
+//   instructions of which 480 FFMA (MB=5: 421 / 400); per item ~2,850 instructions of which 2,400 FFMA (~84%):
+//   48 CS2R zeroing, ~240 epilogue, ~60 index and ring bookkeeping besides the loop. 165-168 registers (MB=6),
+//   150 (MB=5), no spills (-Xptxas -v).
+// - Pool first, then a 4-instruction tanh: max of the 4 conv values (3 FMNMX), then
+//   tanh(x) = 1 - 2 / (1 + 2^z) with z = 2*log2(e)*x, i.e. MUFU.EX2, FADD, MUFU.RCP, FFMA. The factor 2*log2(e) is
+//   folded into the weights when they are staged (a positive scale: the max is the same element). Library tanhf
+//   costs ~15 instructions on sm_90 (a polynomial branch for |x| < 0.6 and the same exp/rcp path otherwise),
+//   ~10% of the issue slots here. Accuracy: FP32 arithmetic throughout; ex2.approx (relative error <= 2^-22) and
+//   rcp.approx (<= 1 ulp) give |result - tanh| <= ~8e-7 absolute, against tanhf's ~1 ulp: both far inside the
+//   FP32 tolerance (pyconv.verify: atol + rtol * |ref|). Results differ from step 15 by the order of the sums and
+//   this tanh, i.e. rounding.
+// - No block-wide barrier after the prologue. Step 15 synchronises the whole block per image group, so the last
+//   item round of every group (lanes idle) and the barrier itself cost every warp. Here the last warp (the
+//   producer) copies image j into slot j % S with 16-byte cp.async and signals full[j % S] (an mbarrier,
+//   arrive.noinc on completion); the consumer warps take chunks of 32 consecutive work items of the block's
+//   images, in increasing order, from a shared counter (items are flattened over images, so chunks cross image
+//   boundaries and no lane idles except in the block's last chunk; the two consumer warps that share a scheduler
+//   with the producer simply take fewer chunks). A consumer that moves past image j arrives on empty[j % S]
+//   (after waiting for image j, so the arrival counts for that use of the slot); the producer refills a slot once
+//   every consumer has moved past its image. S = 8 slots: ~4 images of prefetch ahead of the slowest consumer;
+//   a chunk must span at most S images (images of >= 5 work items), or the slowest warp could starve.
+// - uint8 input (launch_u8, the network's first layer: 1 byte per pixel from DRAM): the producer copies the bytes
+//   into a raw ring with cp.async and widens each image once into a float slot of the same layout as float input
+//   (16 contiguous bytes per step: ~4% of the producer's scheduler).
+// - Persistent blocks, one per SM (8 consumer warps + 1 producer, up to 224 registers: no spills), each with a
+//   contiguous range of B / #SMs images, so the last wave is no more than one image uneven.
+// Specialised for C = 1, K = 5, M % 6 == 0 or M % 5 == 0, W % 4 == 0, 16-byte aligned input whose images are whole
+// 16-byte blocks, images of >= 5 work items. Every other shape runs step 15's launcher (which itself runs step
+// 10's for what it does not cover), so the variant supports exactly what step 15 supports.
+// Predicted before measuring (H200, batch 10000, float32 input as `invoke bench` feeds it): sp19 conv1 + tanh +
+// pool ~0.105-0.12 ms (~84% FFMA issue x ~90-95% scheduling against the 0.089 ms FP32 floor: the 0.10 ms goal
+// needs ~89% overall, so it is likely just missed); fa17 ~0.27-0.30 ms (MB = 5: ~83% FFMA issue against the
+// 0.221 ms floor; 288 MB of pooled output written behind the FFMAs).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "cuda/kernels/fallback_steps.cuh"
+#include "cuda/kernels/fast_div.cuh"
+#include "cuda/runtime/cuda_check.cuh"
+#include "cuda/runtime/registry.cuh"
+
+namespace pyconv {
+namespace {
+
+constexpr int kK = 5;            // the one kernel size specialised here (sp18, sp19, fa17, fa19 conv1)
+constexpr int kTile = 4;         // conv outputs per item: kTile x kTile (2 x 2 pooled), per channel
+constexpr int kXR = 8;           // input columns a row load brings: kTile + kK - 1 = 8, two float4
+constexpr int kConsumerWarps = 8;
+constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
+constexpr int kSlots = 8;        // float image slots in the ring
+constexpr int kRawSlots = 4;     // uint8 landing slots (uint8 input only)
+constexpr float kTwoLog2e = 2.8853900817779268f;  // 2 * log2(e): tanh(x) = 1 - 2 / (1 + 2^(kTwoLog2e * x))
+
+__host__ __device__ constexpr int round_up(int v, int to) { return (v + to - 1) / to * to; }
+
+struct Params {
+  long long B;
+  int H, W, M, Hp, Wp;
+  int TH, TW;           // item rows / columns per image: ceil(Hp / 2), ceil(Wp / 2)
+  int groups;           // channel groups (M / MB)
+  int pitch;            // row pitch (floats) of a float slot
+  int slot_floats;      // one float slot, pad rows included (multiple of 4)
+  int img_bytes;        // one raw image (H * W * element size), a multiple of 16
+  int raw_stride;       // one raw slot (bytes, multiple of 16); uint8 input only
+  int w_floats;         // groups * K * KPAD
+  int vec_store;        // 1: pooled pairs stored as float2 (Wp even, y 8-byte aligned)
+  FastDiv per_img, tiles, tw;  // by groups * TH * TW, TH * TW, TW
+};
+
+// --- mbarrier and cp.async (PTX; sm_80+, try_wait on sm_90) ---------------------------------------------------
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {  // release: this thread's earlier accesses first
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Arrives when all of this thread's earlier cp.async copies have landed; counts against the init count.
+__device__ __forceinline__ void mbar_arrive_on_copies(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {  // acquire
+  const unsigned a = smem_addr(bar);
+  unsigned done = 0;
+  do {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(a), "r"(parity) : "memory");
+#else
+    asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(a), "r"(parity) : "memory");
+#endif
+  } while (!done);
+}
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// tanh(x) from z = 2*log2(e)*x: 1 - 2 / (1 + 2^z). z -> +inf: 2^z = inf, rcp = 0, 1. z -> -inf: 2^z = 0, -1.
+__device__ __forceinline__ float tanh_from_scaled(float z) {
+  float e, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(z));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e + 1.0f));
+  return fmaf(-2.0f, r, 1.0f);
+}
+
+// The producer warp: copies the block's images, in order, into the float slots and signals full[slot].
+template <typename TIn>
+__device__ void produce(const TIn* __restrict__ x, long long img0, int nimg, float* slots, unsigned char* raw,
+                        uint64_t* full, uint64_t* empty, const Params& p) {
+  const int lane = threadIdx.x & 31;
+  const unsigned char* src = reinterpret_cast<const unsigned char*>(x) + size_t(img0) * p.img_bytes;
+  const int n16 = p.img_bytes / 16;
+  if constexpr (sizeof(TIn) == 4) {
+    // Float input is read in place: the copy lands in the slot as it is (pitch W).
+    for (int j = 0; j < nimg; ++j) {
+      const int s = j % kSlots;
+      if (j >= kSlots) mbar_wait(&empty[s], unsigned((j / kSlots - 1) & 1));
+      unsigned char* dst = reinterpret_cast<unsigned char*>(slots + size_t(s) * p.slot_floats);
+      const unsigned char* img = src + size_t(j) * p.img_bytes;
+      for (int i = lane; i < n16; i += 32) cp_async16(dst + 16 * i, img + 16 * size_t(i));
+      mbar_arrive_on_copies(&full[s]);
+    }
+  } else {
+    // uint8: bytes land in a raw slot (cp.async groups, one per image, kRawSlots in flight), then are widened
+    // into the float slot; each lane arrives on full after its own stores.
+    for (int j = 0; j < kRawSlots; ++j) {
+      if (j < nimg)
+        for (int i = lane; i < n16; i += 32)
+          cp_async16(raw + size_t(j) * p.raw_stride + 16 * i, src + size_t(j) * p.img_bytes + 16 * size_t(i));
+      cp_async_commit();
+    }
+    for (int j = 0; j < nimg; ++j) {
+      const int s = j % kSlots, rs = j % kRawSlots;
+      cp_async_wait<kRawSlots - 1>();  // this lane's copies of image j have landed ...
+      __syncwarp();                    // ... and every lane's
+      if (j >= kSlots) mbar_wait(&empty[s], unsigned((j / kSlots - 1) & 1));
+      // The float slot has the float input's layout (pitch W), so byte i becomes float i: 16 bytes per step.
+      const uint4* rb = reinterpret_cast<const uint4*>(raw + size_t(rs) * p.raw_stride);
+      float4* dst = reinterpret_cast<float4*>(slots + size_t(s) * p.slot_floats);
+      for (int i = lane; i < n16; i += 32) {
+        const uint4 u = rb[i];
+        const unsigned wd[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          dst[4 * i + e] = make_float4(float(wd[e] & 0xffu), float((wd[e] >> 8) & 0xffu),
+                                       float((wd[e] >> 16) & 0xffu), float(wd[e] >> 24));
+      }
+      mbar_arrive(&full[s]);
+      __syncwarp();  // every lane is done reading raw slot rs before it is refilled
+      if (j + kRawSlots < nimg)
+        for (int i = lane; i < n16; i += 32)
+          cp_async16(raw + size_t(rs) * p.raw_stride + 16 * i,
+                     src + size_t(j + kRawSlots) * p.img_bytes + 16 * size_t(i));
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+  }
+}
+
+template <int MB, typename TIn>
+__global__ void __launch_bounds__(kThreads, 1)
+    conv16_kernel(const TIn* __restrict__ x, const float* __restrict__ k, float* __restrict__ y, Params p) {
+  constexpr int KPAD = round_up(kK * MB, 4);  // weights of one kernel row, [q][m], padded to whole float4s
+  extern __shared__ float4 smem4[];
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem4);
+  uint64_t* empty = full + kSlots;
+  int* next_chunk = reinterpret_cast<int*>(empty + kSlots);  // the consumers' work counter (16 bytes kept)
+  float* s_w = reinterpret_cast<float*>(empty + kSlots + 2);  // [groups][kK][KPAD], scaled by 2*log2(e)
+  float* slots = s_w + p.w_floats;                         // kSlots x slot_floats (16-byte aligned: see host)
+  unsigned char* raw = reinterpret_cast<unsigned char*>(slots + size_t(kSlots) * p.slot_floats);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+
+  // This block's images: a contiguous range, sizes differing by at most one between blocks.
+  const long long img0 = p.B * blockIdx.x / gridDim.x, img1 = p.B * (blockIdx.x + 1) / gridDim.x;
+  const int nimg = int(img1 - img0);
+
+  if (tid == 0) {
+    *next_chunk = 0;
+    for (int s = 0; s < kSlots; ++s) {
+      mbar_init(&full[s], 32);                          // one arrival per producer lane
+      mbar_init(&empty[s], kConsumerWarps * 32);        // one arrival per consumer lane
+    }
+  }
+  for (int i = tid; i < p.w_floats; i += kThreads) {
+    const int qm = i % KPAD, kp = (i / KPAD) % kK, g = i / (KPAD * kK);
+    const int q = qm / MB, m = qm - q * MB;
+    s_w[i] = qm < kK * MB ? kTwoLog2e * __ldg(&k[(size_t(g * MB + m) * kK + kp) * kK + q]) : 0.0f;
+  }
+  // Slots start zeroed: copies and widening write only the image, and the pad rows/columns are read (for conv
+  // outputs the pooling drops) but never written.
+  for (int i = tid; i < kSlots * p.slot_floats; i += kThreads) slots[i] = 0.0f;
+  __syncthreads();  // the only block-wide barrier: roles split below
+  if (nimg <= 0) return;
+
+  if (warp == kConsumerWarps) {
+    produce(x, img0, nimg, slots, raw, full, empty, p);
+    return;
+  }
+
+  const int ipi = p.groups * p.TH * p.TW;  // items per image
+  const int nitems = nimg * ipi;           // < 2^31 (checked on the host)
+  const int nchunks = (nitems + 31) / 32;
+  int released = 0;  // images below this have been released by this warp (empty arrived)
+  // Chunks are taken in increasing order from a shared counter, so a warp that shares its scheduler with the
+  // producer takes fewer of them instead of setting the pace (static round-robin would). Each warp's chunks still
+  // increase, which the release order below relies on.
+  for (;;) {
+    int c = 0;
+    if (lane == 0) c = atomicAdd(next_chunk, 1);
+    c = __shfl_sync(0xffffffffu, c, 0);
+    if (c >= nchunks) break;
+    const int item0 = c * 32;
+    const int j0 = int(p.per_img.div(uint32_t(item0)));
+    const int j1 = int(p.per_img.div(uint32_t(min(item0 + 31, nitems - 1))));
+    // Release the images this warp has moved past. An image is waited for (full) before it is released, even
+    // one this warp never touched: its empty arrival must count for its own use of the slot, not the previous.
+    for (; released < j0; ++released) {
+      mbar_wait(&full[released % kSlots], unsigned((released / kSlots) & 1));
+      mbar_arrive(&empty[released % kSlots]);
+    }
+    for (int j = j0; j <= j1; ++j) mbar_wait(&full[j % kSlots], unsigned((j / kSlots) & 1));
+
+    const int item = item0 + lane;
+    if (item < nitems) {
+      const int j = int(p.per_img.div(uint32_t(item)));
+      const int rem = item - j * ipi;
+      const int cg = int(p.tiles.div(uint32_t(rem)));
+      const int t = rem - cg * (p.TH * p.TW);
+      const int ti = int(p.tw.div(uint32_t(t)));
+      const int tj = t - ti * p.TW;
+      const float* xt = slots + (j % kSlots) * p.slot_floats + (kTile * ti) * p.pitch + kTile * tj;
+      const float* wt = s_w + cg * (kK * KPAD);
+
+      float acc[MB][kTile][kTile];
+#pragma unroll
+      for (int m = 0; m < MB; ++m)
+#pragma unroll
+        for (int r = 0; r < kTile; ++r)
+#pragma unroll
+          for (int cc = 0; cc < kTile; ++cc) acc[m][r][cc] = 0.0f;
+
+      // Kernel rows stay rolled: one iteration is the hot code (see the header).
+#pragma unroll 1
+      for (int kp = 0; kp < kK; ++kp, xt += p.pitch, wt += KPAD) {
+        float w[KPAD];
+#pragma unroll
+        for (int i = 0; i < KPAD; i += 4) {
+          const float4 f = *reinterpret_cast<const float4*>(wt + i);
+          w[i] = f.x; w[i + 1] = f.y; w[i + 2] = f.z; w[i + 3] = f.w;
+        }
+#pragma unroll
+        for (int r = 0; r < kTile; ++r) {
+          float v[kXR];
+#pragma unroll
+          for (int u = 0; u < kXR; u += 4) {
+            const float4 f = *reinterpret_cast<const float4*>(xt + r * p.pitch + u);
+            v[u] = f.x; v[u + 1] = f.y; v[u + 2] = f.z; v[u + 3] = f.w;
+          }
+#pragma unroll
+          for (int q = 0; q < kK; ++q)
+#pragma unroll
+            for (int m = 0; m < MB; ++m)
+#pragma unroll
+              for (int cc = 0; cc < kTile; ++cc) acc[m][r][cc] = fmaf(v[q + cc], w[q * MB + m], acc[m][r][cc]);
+        }
+      }
+
+      // Pool first (the scale is positive: the same maximum), then one tanh per pooled value. Pooled row 2*ti
+      // always exists; row 2*ti+1 and column 2*tj+1 only when Hp / Wp allow. The common case (both exist, float2
+      // stores) is straight-line code with pointer increments; the edge tiles take the general path.
+      const int plane = p.Hp * p.Wp;
+      float* yo = y + ((size_t(img0 + j) * p.M + cg * MB) * p.Hp + 2 * ti) * p.Wp + 2 * tj;
+      const bool row1 = 2 * ti + 1 < p.Hp;
+      if (p.vec_store && row1) {
+#pragma unroll
+        for (int m = 0; m < MB; ++m, yo += plane) {
+#pragma unroll
+          for (int pr = 0; pr < 2; ++pr) {
+            const float z0 = fmaxf(fmaxf(acc[m][2 * pr][0], acc[m][2 * pr][1]),
+                                   fmaxf(acc[m][2 * pr + 1][0], acc[m][2 * pr + 1][1]));
+            const float z1 = fmaxf(fmaxf(acc[m][2 * pr][2], acc[m][2 * pr][3]),
+                                   fmaxf(acc[m][2 * pr + 1][2], acc[m][2 * pr + 1][3]));
+            *reinterpret_cast<float2*>(yo + pr * p.Wp) = make_float2(tanh_from_scaled(z0), tanh_from_scaled(z1));
+          }
+        }
+      } else {
+        const bool col1 = 2 * tj + 1 < p.Wp;
+#pragma unroll
+        for (int m = 0; m < MB; ++m, yo += plane) {
+#pragma unroll
+          for (int pr = 0; pr < 2; ++pr) {
+            if (pr == 1 && !row1) continue;
+            const float z0 = fmaxf(fmaxf(acc[m][2 * pr][0], acc[m][2 * pr][1]),
+                                   fmaxf(acc[m][2 * pr + 1][0], acc[m][2 * pr + 1][1]));
+            const float z1 = fmaxf(fmaxf(acc[m][2 * pr][2], acc[m][2 * pr][3]),
+                                   fmaxf(acc[m][2 * pr + 1][2], acc[m][2 * pr + 1][3]));
+            yo[pr * p.Wp] = tanh_from_scaled(z0);
+            if (col1) yo[pr * p.Wp + 1] = tanh_from_scaled(z1);
+          }
+        }
+      }
+    }
+  }
+  // Release the rest: every image is waited for (so no copy is in flight when the block exits) and every empty
+  // phase the producer may wait on completes.
+  for (; released < nimg; ++released) {
+    mbar_wait(&full[released % kSlots], unsigned((released / kSlots) & 1));
+    mbar_arrive(&empty[released % kSlots]);
+  }
+}
+
+struct Plan {
+  Params p{};
+  int mb = 0;
+  unsigned blocks = 0;
+  size_t smem = 0;
+};
+
+int pick_mb(long long M) { return M % 6 == 0 ? 6 : M % 5 == 0 ? 5 : 0; }
+
+template <typename TIn>
+const void* kernel_for(int mb) {
+  return mb == 6 ? reinterpret_cast<const void*>(conv16_kernel<6, TIn>)
+                 : reinterpret_cast<const void*>(conv16_kernel<5, TIn>);
+}
+
+// Why this step has no kernel for the shape ("" when it has one), and the plan when it has.
+template <typename TIn>
+std::string make_plan(const TIn* x, const float* y, const ConvShape& s, Plan& out) {
+  const size_t elt = sizeof(TIn);
+  if (s.C != 1) return "more than one input channel";
+  if (s.K != kK) return "K is not 5";
+  const int mb = pick_mb(s.M);
+  if (mb == 0) return "M is not a multiple of 6 or 5";
+  if (s.M > 4096) return "too many output channels";
+  if (s.Ho() < 2 || s.Wo() < 2) return "the output is under 2x2";
+  if (s.H > 4096 || s.W > 4096) return "an image is too large";
+  const size_t img_bytes = size_t(s.H) * s.W * elt;
+  if (img_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    return "images are not whole 16-byte blocks";
+  if (s.W % 4 != 0) return "rows are not whole float4s (W % 4 != 0)";
+
+  Params& p = out.p;
+  p.B = s.B; p.H = int(s.H); p.W = int(s.W); p.M = int(s.M);
+  p.Hp = int(s.Ho() / 2); p.Wp = int(s.Wo() / 2);
+  p.TH = (p.Hp + 1) / 2; p.TW = (p.Wp + 1) / 2;
+  p.groups = int(s.M / mb);
+  // A tile reads rows 4*ti .. 4*ti + 7 and columns 4*tj .. 4*tj + 7 (outputs past the image are dropped by the
+  // pooling; their reads must stay inside the slot, which is zero past the image).
+  const int rows_read = kTile * p.TH + kK - 1;
+  // Both element sizes use the float layout (pitch W: uint8 is widened byte i -> float i); columns past W read
+  // the next row (dropped outputs), so one row more than the tiles read.
+  p.pitch = p.W;
+  p.slot_floats = round_up((std::max(p.H, rows_read) + 1) * p.pitch, 4);
+  p.img_bytes = int(img_bytes);
+  p.raw_stride = elt == 1 ? round_up(p.img_bytes, 16) : 0;
+  const int kpad = round_up(kK * mb, 4);
+  p.w_floats = round_up(p.groups * kK * kpad, 4);
+  const size_t smem = (2 * kSlots + 2) * sizeof(uint64_t) + size_t(p.w_floats) * 4 + size_t(kSlots) * p.slot_floats * 4 +
+                      (elt == 1 ? size_t(kRawSlots) * p.raw_stride : 0);
+
+  int dev = 0, sms = 0, optin = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (smem > size_t(optin)) return "the image ring does not fit in shared memory";
+  const long long blocks = std::min<long long>(s.B, sms);
+  const long long per_block = (s.B + blocks - 1) / blocks;
+  const long long ipi = (long long)p.groups * p.TH * p.TW;
+  if (per_block * ipi + 32 >= (1LL << 31)) return "too many work items per block";
+  // A chunk of 32 items spans up to 1 + ceil(31 / ipi) images, all resident at once: more than the ring holds
+  // would deadlock (the slowest warp could never get its images).
+  if (1 + (31 + ipi - 1) / ipi > kSlots) return "images too small for the ring (under 5 work items each)";
+
+  const void* kernel = kernel_for<TIn>(mb);
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int>, bool> configured;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    bool& done = configured[{kernel, dev}];
+    if (!done) {
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+      done = true;
+    }
+  }
+  p.per_img = FastDiv(uint32_t(ipi));
+  p.tiles = FastDiv(uint32_t(p.TH * p.TW));
+  p.tw = FastDiv(uint32_t(p.TW));
+  p.vec_store = p.Wp % 2 == 0 && reinterpret_cast<uintptr_t>(y) % 8 == 0;
+  out.mb = mb;
+  out.blocks = unsigned(blocks);
+  out.smem = smem;
+  return "";
+}
+
+template <typename TIn>
+void launch(const TIn* x, const float* k, float* y, const ConvShape& s, cudaStream_t st) {
+  Plan plan;
+  if (s.B <= 0 || !make_plan(x, y, s, plan).empty()) {  // a shape without a kernel here: step 15's launcher
+    if constexpr (sizeof(TIn) == 1)
+      conv_fwd_gpu_fused_pipelined_u8(x, k, y, s, st);
+    else
+      conv_fwd_gpu_fused_pipelined(x, k, y, s, st);
+    return;
+  }
+  if (plan.mb == 6)
+    conv16_kernel<6, TIn><<<plan.blocks, kThreads, plan.smem, st>>>(x, k, y, plan.p);
+  else
+    conv16_kernel<5, TIn><<<plan.blocks, kThreads, plan.smem, st>>>(x, k, y, plan.p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void conv_fwd_gpu_fused_warp_specialised(const float* x, const float* k, float* y, const ConvShape& s,
+                                         cudaStream_t st) {
+  launch(x, k, y, s, st);
+}
+
+void conv_fwd_gpu_fused_warp_specialised_u8(const uint8_t* x, const float* k, float* y, const ConvShape& s,
+                                            cudaStream_t st) {
+  launch(x, k, y, s, st);
+}
+
+// Shapes without a kernel here run step 15, so this step refuses exactly what step 15 refuses.
+std::string conv_supports_gpu_fused_warp_specialised(const ConvShape& s) {
+  const std::string why = conv_supports_gpu_fused_pipelined(s);
+  return why.empty() ? why : "gpu-fused-warp-specialised (generic path = gpu-fused-pipelined): " + why;
+}
+
+PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
+    .name = "gpu-fused-warp-specialised",
+    .step = 16,
+    .summary = "conv + tanh + 2x2 max pool, FP32, C=1, K=5: a producer warp streams images into a shared-memory "
+               "ring, consumer warps run a compact 4x4-tile loop, pool first, exp2/rcp tanh",
+    .epilogue = Epilogue::TanhMaxPool2,
+    .precision = Precision::Fp32,
+    .launch = conv_fwd_gpu_fused_warp_specialised,
+    .launch_u8 = conv_fwd_gpu_fused_warp_specialised_u8,
+    .supports = conv_supports_gpu_fused_warp_specialised,
+    .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
+});
+
+}  // namespace pyconv

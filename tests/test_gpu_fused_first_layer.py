@@ -1,0 +1,144 @@
+"""The fused first-layer steps (conv + tanh + 2x2 max pool, one input channel) on the shapes they specialise and
+at their edges: the course's first layers, odd conv outputs whose last row the pool drops, batch 1 and batches
+that do not divide evenly over blocks or image groups, tiny images (which fall back to the previous step), and
+the uint8 path the network takes for its first layer. Every registry variant with this epilogue is tested, so a
+new step is picked up here as in test_gpu_engine.py; the shapes below are the ones the specialised kernels take
+(C = 1, K = 5, M a multiple of 5 or 6, W % 4 == 0) and the ones they hand on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gpu_helpers import close, gpu, network_of, requires_gpu, requires_gpu_module
+from student_variants import skip_if_unstarted
+
+from pyconv import verify
+from pyconv.core import reference
+from pyconv.core.model import Layer, Model
+
+SEED = 1616
+
+try:
+    from pyconv import _gpu
+except ImportError:
+    _gpu = None
+
+
+def fused_variants() -> list[str]:
+    if _gpu is None:
+        return ["gpu-fused-tanh-pool"]
+    return [v["name"] for v in _gpu.variants() if v["epilogue"] == "tanh-maxpool2"]
+
+
+def variant(name: str) -> dict:
+    return next(v for v in gpu().variants() if v["name"] == name)
+
+
+# (B, H, W, M): the course's first layers (sp19, sp18, fa17, fa19 at K=5; fa18 is K=7), odd and even pooled
+# heights (H - 4 odd: the pool drops the last conv row; Hp odd: the last item row has one pooled row), batch 1,
+# batches not a multiple of the SM count or of any image group, M of 2, 5 and 10 channel groups, tiny images.
+SHAPES = [
+    (3, 48, 48, 6), (1, 48, 48, 6), (133, 48, 48, 6), (1001, 48, 48, 6),  # sp19 conv1
+    (5, 64, 64, 6),                                                           # sp18 conv1
+    (37, 28, 28, 50), (1, 28, 28, 50),                                        # fa17 conv1
+    (3, 70, 70, 12),                                                          # fa19 conv1 (W % 4 != 0)
+    (4, 13, 16, 6), (4, 14, 16, 6), (4, 15, 12, 12), (6, 16, 20, 10), (2, 21, 24, 30),
+    (3, 8, 8, 6), (5, 9, 12, 5), (2, 12, 12, 60), (3, 6, 8, 6),              # tiny: 1-4 work items per image
+    (2, 48, 48, 4), (2, 30, 31, 7),                                           # M not a multiple of 5 or 6, odd W
+]
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", fused_variants())
+def test_first_layer_shapes_match_reference(name):
+    g, v = gpu(), variant(name)
+    skip_if_unstarted(name, g.conv)
+    rng = np.random.default_rng(SEED)
+    tested = 0
+    for B, H, W, M in SHAPES:
+        if g.why_unsupported(name, B, 1, H, W, M, 5):
+            continue
+        x = rng.uniform(-1, 1, (B, 1, H, W)).astype(np.float32)
+        k = rng.uniform(-1, 1, (M, 1, 5, 5)).astype(np.float32)
+        y = g.conv(name, x, k)  # poisoned with NaN before the launch: an unwritten output fails
+        ok, msg = close(y, verify.expected(x, k, "tanh-maxpool2"), *verify.tolerance(v["rtol"], 1, 5))
+        assert ok, f"{name} B={B} H={H} W={W} M={M}: {msg}"
+        tested += 1
+    assert tested >= len(SHAPES) // 2, f"{name} supports too few of the first-layer shapes"
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", fused_variants())
+def test_saturated_and_zero_inputs(name):
+    """Conv values far beyond tanh's saturation (both signs) and exactly zero images: tanh must give exactly
+    +-1 and 0 there, whatever formula a step uses."""
+    g, v = gpu(), variant(name)
+    skip_if_unstarted(name, g.conv)
+    rng = np.random.default_rng(SEED + 1)
+    x = rng.uniform(-255, 255, (9, 1, 48, 48)).astype(np.float32)
+    x[3] = 0.0
+    k = rng.uniform(-1, 1, (6, 1, 5, 5)).astype(np.float32)
+    y = g.conv(name, x, k)
+    ok, msg = close(y, verify.expected(x, k, "tanh-maxpool2"), *verify.tolerance(v["rtol"], 1, 5))
+    assert ok, f"{name}: {msg}"
+    assert np.all(y[3] == 0.0)
+    pooled = reference.pool2d(reference.conv2d(x, k), 2, 2, "max")
+    far = np.abs(pooled) > 20.0  # tanh is +-1 in float32 beyond ~9
+    assert far.mean() > 0.5
+    assert np.array_equal(y[far], np.sign(pooled[far]))
+
+
+def first_layer_net(H: int, W: int, M: int, rng: np.random.Generator) -> Model:
+    # Weights scaled for raw 0..255 pixels so the tanh is not saturated everywhere.
+    conv = Layer("conv", name="conv1", out_channels=M, kernel=5,
+                 weight=rng.uniform(-0.002, 0.002, (M, 1, 5, 5)).astype(np.float32))
+    flat = M * ((H - 4) // 2) * ((W - 4) // 2)
+    fc = Layer("fc", name="fc", out_features=10, weight=(rng.uniform(-1, 1, (10, flat)) / np.sqrt(flat)).astype(
+        np.float32), bias=rng.uniform(-1, 1, 10).astype(np.float32))
+    layers = [conv, Layer("tanh"), Layer("pool", mode="max", kernel=2, stride=2), Layer("flatten"), fc]
+    return Model(name="first-layer", arch="test", input_shape=(1, H, W), layers=layers)
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", fused_variants())
+@pytest.mark.parametrize("shape", [(48, 48, 6), (28, 28, 50), (64, 64, 6), (14, 16, 12)])
+def test_uint8_first_layer_in_the_network(name, shape):
+    """The network runs its first layer from the uint8 images (launch_u8) when the variant has that path; its
+    logits must match the float reference, and the float32 images must give the same logits within rounding."""
+    H, W, M = shape
+    rng = np.random.default_rng(SEED + 2)
+    model = first_layer_net(H, W, M, rng)
+    net = network_of(model)
+    x = rng.integers(0, 256, (301, 1, H, W), dtype=np.uint8)
+    try:
+        got = net.logits(x, [name])
+    except ValueError as e:  # a variant that refuses this layer says so cleanly
+        pytest.skip(f"{name}: {e}")
+    a = reference.conv2d(x.astype(np.float32), model.layers[0].weight)
+    a = reference.tanh_maxpool2(a).reshape(len(x), -1)
+    ref = reference.fully_connected(a, model.layers[-1].weight, model.layers[-1].bias)
+    flat = a.shape[1]
+    assert np.abs(ref).max() > 0.1
+    ok, msg = close(got, ref, 1e-4, 1e-5 * np.sqrt(flat))
+    assert ok, f"{name} {shape} uint8: {msg}"
+    ok, msg = close(net.logits(x.astype(np.float32), [name]), got, 1e-4, 1e-5 * np.sqrt(flat))
+    assert ok, f"{name} {shape} float32 vs uint8: {msg}"
+
+
+@requires_gpu_module
+def test_step_16_supports_what_step_15_supports():
+    """Step 16 hands every shape it has no kernel for to step 15, so the two refuse the same shapes (checked
+    without a GPU: supports() is host code)."""
+    g = gpu()
+    names = {v["name"] for v in g.variants()}
+    if "gpu-fused-warp-specialised" not in names:
+        pytest.skip("step 16 not built")
+    for B, C, H, W, M, K in [(2, 1, 48, 48, 6, 5), (2, 1, 28, 28, 50, 5), (1, 1, 70, 70, 12, 5),
+                             (1, 6, 22, 22, 16, 5), (1, 1, 72, 72, 12, 7), (1, 1, 5, 5, 6, 5), (3, 2, 9, 9, 4, 3)]:
+        a = g.why_unsupported("gpu-fused-warp-specialised", B, C, H, W, M, K)
+        b = g.why_unsupported("gpu-fused-pipelined", B, C, H, W, M, K)
+        assert (a == "") == (b == ""), (B, C, H, W, M, K, a, b)
+        assert a.replace("gpu-fused-warp-specialised", "gpu-fused-pipelined").endswith(b[b.find(" "):] if b else "")
