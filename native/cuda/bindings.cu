@@ -185,6 +185,32 @@ PYBIND11_MODULE(_gpu, m) {
           "Queue the work on the raw cudaStream_t `stream` (an integer address; 0 is the legacy stream).");
 
   m.def(
+      "launch_on_device",
+      [](const std::string& name, uintptr_t x, uintptr_t k, uintptr_t y, uintptr_t tmp,
+         const std::vector<int64_t>& shape, bool tanh_pool, uintptr_t stream) {
+        if (shape.size() != 6) throw std::invalid_argument("launch_on_device: shape is (B, C, H, W, M, K)");
+        const ConvShape s = make_conv_shape(shape[0], shape[1], shape[2], shape[3], shape[4], shape[1], shape[5],
+                                            shape[5]);
+        const GpuConvVariant& v = checked_gpu_variant(name, s);
+        if (v.x_on_host) throw std::invalid_argument(name + " reads x from host memory, not from a device buffer");
+        if (!x || !k || !y || (tanh_pool && v.epilogue != Epilogue::TanhMaxPool2 && !tmp))
+          throw std::invalid_argument("launch_on_device: a null buffer");
+        if (tanh_pool && (s.Ho() < 2 || s.Wo() < 2))
+          throw std::invalid_argument("launch_on_device: conv + tanh + pool needs a conv output >= 2x2");
+        require_gpu();
+        py::gil_scoped_release release;
+        launch_unit(v, s, reinterpret_cast<const float*>(x), reinterpret_cast<const float*>(k),
+                    reinterpret_cast<float*>(y), reinterpret_cast<float*>(tmp), tanh_pool,
+                    reinterpret_cast<cudaStream_t>(stream));
+        CUDA_CHECK(cudaGetLastError());
+      },
+      py::arg("name"), py::arg("x"), py::arg("k"), py::arg("y"), py::arg("tmp"), py::arg("shape"),
+      py::arg("tanh_pool") = false, py::arg("stream") = 0,
+      "Queue one unit of work of variant `name` on device buffers the caller owns (integer addresses, e.g. torch's\n"
+      "data_ptr()): x (B, C, H, W), k (M, C, K, K), y (the variant's output; with tanh_pool and a variant that\n"
+      "does not pool, the conv output, and tmp the pooled result), on the raw stream `stream`. Nothing is\n"
+      "synchronised. ValueError on an unsupported shape or a variant that reads x from the host.");
+  m.def(
       "measure_copy_bandwidth",
       [](size_t nbytes, int reps) {
         require_gpu();

@@ -36,6 +36,8 @@ def _cudnn_inputs(torch, site: dict, rng: np.random.Generator, inputs=None):
     B, C, H, W, M, K = _dims(site)
     x, k = inputs if inputs is not None else (verify.random_nonzero(rng, (B, C, H, W)),
                                                verify.random_nonzero(rng, (M, C, K, K)))
+    if isinstance(x, torch.Tensor):  # already on the device (bench_gpu_layer_resident)
+        return x, k
     return torch.from_numpy(x).cuda(), torch.from_numpy(k).cuda()
 
 
@@ -260,3 +262,97 @@ def summarise_layer(layer: dict) -> None:
         best_fused["x_cudnn"] = c_fused / best_fused["ms"]
     cands = [b for b in (best_conv, best_fused) if b]
     layer["best"] = dict(min(cands, key=lambda b: b["ms"])) if cands else None
+
+
+def random_nonzero_device(torch, shape, seed: int, chunk_images: int = 512):
+    """random_nonzero's distribution (uniform in [0.05, 1] with a random sign), drawn on the GPU: a layer of
+    gigabytes is ready in milliseconds instead of the seconds the host takes to draw and upload it."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    x = torch.empty(tuple(shape), dtype=torch.float32, device="cuda")
+    for i in range(0, x.shape[0], chunk_images):
+        part = x[i:i + chunk_images]
+        part.uniform_(0.05, 1.0, generator=gen)
+        part[torch.rand(part.shape, generator=gen, device="cuda") < 0.5] *= -1.0
+    return x
+
+
+def bench_gpu_layer_resident(g, site: dict, variants: list[Variant], rng: np.random.Generator, warmup: int,
+                             reps: int, torch, *, cudnn_tf32: bool = False) -> dict:
+    """bench_gpu_layer for layers of gigabytes (the sweep): one x and k drawn on the device and shared by every
+    variant and cuDNN, each variant launched on them in place (pyconv._gpu.launch_on_device), so nothing crosses
+    the PCIe bus but the checked images. The check is the layer bench's: y poisoned with NaN, then the first and
+    last verify.CHECK_IMAGES images against the reference (only those images are copied back). Timing: CUDA
+    events, median of `reps` after `warmup`. Variants that read x from host memory are not run here. Returns the
+    same JSON entry as bench_gpu_layer (without the roofline)."""
+    B, C, H, W, M, K = _dims(site)
+    fused_site = site["tanh_pool_follows"]
+    Ho, Wo = H - K + 1, W - K + 1
+    layer = dict(site)
+    layer.update({"flops": conv_flops(B, C, H, W, M, K), "bytes": conv_bytes(B, C, H, W, M, K)})
+    if fused_site:
+        layer["bytes_pooled"] = conv_bytes(B, C, H, W, M, K, pooled=True)
+    x = random_nonzero_device(torch, (B, C, H, W), int(rng.integers(2**31)))
+    k_host = verify.random_nonzero(rng, (M, C, K, K))
+    k = torch.from_numpy(k_host).cuda()
+    idx = np.concatenate([np.arange(s.start, s.stop) for s in verify.check_slices(B)])
+    x_checked = x[torch.from_numpy(idx).cuda()].cpu().numpy()
+    y = torch.empty(B * M * Ho * Wo, dtype=torch.float32, device="cuda")
+    pooled_shape = (B, M, Ho // 2, Wo // 2)
+    tmp = torch.empty(pooled_shape, dtype=torch.float32, device="cuda") if fused_site else None
+    references: dict = {}
+    shape = [B, C, H, W, M, K]
+
+    def launcher(name: str, tanh_pool: bool):
+        args = (name, x.data_ptr(), k.data_ptr(), y.data_ptr(), tmp.data_ptr() if tmp is not None else 0, shape,
+                tanh_pool)
+        return lambda: g.launch_on_device(*args, stream=torch.cuda.current_stream().cuda_stream)
+
+    rows = []
+    for v in variants:
+        row = {"variant": v.name, "step": v.step, "summary": v.summary, "epilogue": v.epilogue,
+               "x_on_host": v.x_on_host}
+        rows.append(row)
+        if v.pools and not fused_site:
+            row["skipped"] = "the layer is not followed by tanh + max-pool 2/2"
+            continue
+        why = v.why_unsupported((B, C, H, W, M, K))
+        if why:
+            row["skipped"] = f"unsupported: {why}"
+            continue
+        if v.x_on_host:
+            row["skipped"] = "reads x from host memory: not run on device-resident inputs"
+            continue
+        try:
+            out_shape = pooled_shape if v.pools else (B, M, Ho, Wo)
+            y.fill_(float("nan"))  # poisoned: an element the kernel forgets fails the check
+            launcher(v.name, False)()
+            torch.cuda.synchronize()
+            y_checked = y[: int(np.prod(out_shape))].view(out_shape)[torch.from_numpy(idx).cuda()].cpu().numpy()
+            check = verify.check_output(y_checked, x_checked, k_host, v.epilogue, *verify.tolerance(v.rtol, C, K),
+                                        cache=references)
+            if "where" in check:
+                check["where"] = [int(idx[check["where"][0]]), *check["where"][1:]]
+            check["images_checked"] = int(len(idx))
+            row["check"] = check
+            if not check["passed"]:
+                row["skipped"] = "FAILED the correctness check: not timed"
+                continue
+            row["ms"] = stats(time_cuda_events(torch, launcher(v.name, False), warmup, reps))
+            if fused_site and not v.pools:
+                row["tanh_pool_ms"] = stats(time_cuda_events(torch, launcher(v.name, True), warmup, reps))
+        except (ValueError, RuntimeError) as e:  # pyconv._gpu.CudaError is a RuntimeError
+            row["error"] = f"{type(e).__name__}: {e}"
+    layer["variants"] = rows
+    del y, tmp
+    torch.cuda.empty_cache()
+    for key, tf32 in (("cudnn", False), *((("cudnn_tf32", True),) if cudnn_tf32 else ())):
+        try:
+            layer[key] = cudnn_layer(torch, site, rng, warmup, reps, tf32=tf32, inputs=(x, k))
+        except RuntimeError as e:
+            layer[key] = {"error": f"{type(e).__name__}: {e}"}
+        torch.cuda.empty_cache()
+    del x, k
+    torch.cuda.empty_cache()
+    finish_layer(layer)
+    return layer

@@ -142,8 +142,11 @@ def run_sweep(g, chosen: list[Variant], roof: dict | None, batch: int, warmup: i
         eta = f", about {elapsed / i * (len(todo) - i):.0f} s to go" if i else ""
         echo(f"sweep {i + 1}/{len(todo)}: C={site['C']} {site['H']}x{site['W']} M={site['M']} K={site['K']} "
              f"at batch {batch} ({elapsed:.0f} s{eta})")
-        layer = gpu_layers.bench_gpu_layer(g, site, chosen, roof, rng, warmup, reps, torch, shared_inputs=True,
-                                           cudnn_tf32=True)
+        if torch is not None and hasattr(g, "launch_on_device"):  # inputs drawn and kept on the device
+            layer = gpu_layers.bench_gpu_layer_resident(g, site, chosen, rng, warmup, reps, torch, cudnn_tf32=True)
+        else:
+            layer = gpu_layers.bench_gpu_layer(g, site, chosen, roof, rng, warmup, reps, torch, shared_inputs=True,
+                                               cudnn_tf32=True)
         sources = sources or "; ".join(layer[c]["source"] for c in ("cudnn", "cudnn_tf32")
                                        if layer.get(c, {}).get("source"))
         rows += rows_of(layer, precisions)

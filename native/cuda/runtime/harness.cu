@@ -89,17 +89,22 @@ void run_conv(const GpuConvVariant& v, const ConvShape& s, const float* x, const
   CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+void launch_unit(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k, float* y, float* tmp,
+                 bool tanh_pool, cudaStream_t st) {
+  v.launch(x, k, y, s, st);
+  if (tanh_pool && v.epilogue != Epilogue::TanhMaxPool2) {
+    activation_inplace(y, size_t(s.y_size()), Activation::Tanh, st);
+    pool2d(y, tmp, s.B * s.M, int(s.Ho()), int(s.Wo()), 2, 2, true, st);
+  }
+}
+
 namespace {
 
 // One timed unit of work: the variant's launch, followed by the shared tanh and pooling kernels when tanh_pool is
 // asked of a variant whose epilogue does not pool.
 void launch_staged(const GpuConvVariant& v, const ConvShape& s, const ConvInputs& in, bool tanh_pool,
                    cudaStream_t st) {
-  v.launch(in.x, in.dk.get(), in.dy.get(), s, st);
-  if (tanh_pool && v.epilogue != Epilogue::TanhMaxPool2) {
-    activation_inplace(in.dy.get(), size_t(s.y_size()), Activation::Tanh, st);
-    pool2d(in.dy.get(), in.tmp.get(), s.B * s.M, int(s.Ho()), int(s.Wo()), 2, 2, true, st);
-  }
+  launch_unit(v, s, in.x, in.dk.get(), in.dy.get(), in.tmp.get(), tanh_pool, st);
 }
 
 template <typename Inputs = ConvInputs>

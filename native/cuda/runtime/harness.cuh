@@ -30,6 +30,12 @@ void run_conv(const GpuConvVariant& v, const ConvShape& s, const float* x, const
 std::vector<float> time_conv(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k, int warmup,
                              int reps, bool tanh_pool);
 
+// One unit of work on buffers the caller owns (device pointers; x on the host for an x_on_host variant): the
+// variant's launch, then the shared tanh and pooling kernels when tanh_pool is asked of a variant that does not
+// pool (y then holds the conv output, tmp the pooled one). Queued on `st`, nothing synchronised.
+void launch_unit(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k, float* y, float* tmp,
+                 bool tanh_pool, cudaStream_t st);
+
 // A variant with its inputs uploaded once (as time_conv stages them), launched on any stream the caller gives: what
 // an external benchmark harness (NVBench, pyconv.bench.nvbench) times, with its own stream, L2 flushes and stopping
 // rule. The constructor runs the work once and waits for it.
