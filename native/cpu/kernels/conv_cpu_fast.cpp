@@ -22,7 +22,7 @@
 // (bench-cpu-<cpu>-2026-11-23.json), beside PyTorch's CPU conv2d on the same threads.
 //
 // Without AVX-512 (another CPU, or `invoke build --portable`) the same code is compiled with GCC vector
-// extensions of 8 lanes (AVX2) or whatever the target offers, with register blocks sized for 16 registers.
+// extensions of 8 lanes (AVX2) or 4 (SSE), with register blocks sized for 16 registers.
 #include <omp.h>
 
 #if defined(__SSE2__)
@@ -45,8 +45,11 @@ namespace {
 #if defined(__AVX512F__)
 constexpr int VL = 16;    // floats per vector
 constexpr int NREG = 32;  // vector registers
-#else
+#elif defined(__AVX__)
 constexpr int VL = 8;
+constexpr int NREG = 16;
+#else
+constexpr int VL = 4;
 constexpr int NREG = 16;
 #endif
 typedef float vfloat __attribute__((vector_size(VL * sizeof(float))));
