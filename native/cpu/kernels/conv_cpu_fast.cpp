@@ -1,28 +1,30 @@
-// cpu-fast: OpenMP over images; per image one of two register-blocked direct convolutions, each chosen per
-// layer by how few of its SIMD lanes it would waste, and the image's output streamed to memory in one piece.
+// cpu-fast: OpenMP over images; per image one of two register-blocked direct convolutions (no im2col, no GEMM
+// library), chosen per layer by how few SIMD lanes it wastes; each image's output leaves in one streamed piece.
 //
 // 1. Pixel lanes ("wide rows"), for few output channels (sp19 conv1: M=6, C=1). With the output flattened as
 //    o = h*W + w (row stride W, not Wo), every tap (c,p,q) reads the contiguous run x[c][o + p*W + q], so a
 //    vector of consecutive outputs is one unaligned load per tap; the W-Wo columns per row computed in vain
 //    (8% for 48->44) cost less than gathering rows. MB output channels x NV vectors of accumulators stay in
 //    registers across all C*K*K taps: each tap is NV loads + MB broadcasts for MB*NV FMAs. MB is 6 with
-//    AVX-512 (32 registers) so that the course's 6-channel first layers take one pass over the image instead
-//    of a 4-channel and a half-empty 2-channel one. Each image is first copied into a zero-padded buffer so the
-//    last vectors may over-read safely.
-// 2. Channel lanes, for 16 output channels or more with few output pixels per row (sp19 conv2: M=16, 18x18
-//    out). One vector holds VL output channels of one pixel; a row chunk of PB pixels (a whole 18-pixel row)
-//    keeps PB accumulators in registers, and each tap is one weight-vector load + PB broadcast FMAs straight
-//    from the input (no padding, no copy). The wide-row kernel wastes 28% of its lanes there (18x22 wide
-//    outputs rounded up to whole 64-output blocks, for 18x18 useful); this one wastes none when VL divides M.
-//    The accumulators, one pixel per vector, are transposed to [m][h][w] in a small per-thread buffer.
-// Both write an image's whole output (contiguous in y) with non-temporal stores: at batch 10000, y is the
-// largest array (sp19 conv1: 465 MB of y for 92 MB of x) and a plain store would first read every line of
-// it (write-allocate), which on the two cores' memory bandwidth costs more than the arithmetic.
-// Measured on 2 cores (invoke bench --cpu, batch 10000): the CPU bench file of 2026-11-23 in results/
-// (bench-cpu-<cpu>-2026-11-23.json), beside PyTorch's CPU conv2d on the same threads.
+//    AVX-512 (24 accumulators + 4 inputs of 32 registers) so that the course's 6-channel first layers take
+//    one pass over the image, not a 4-channel and a half-empty 2-channel one. Each image is first copied into
+//    a zero-padded buffer so the last vectors may over-read safely.
+// 2. Channel lanes, for 16 output channels or more on small rows (sp19 conv2: M=16, 18x18 out). One vector
+//    holds VL output channels of one pixel; a row chunk of PB pixels (a whole 18-pixel row) keeps PB
+//    accumulators in registers, and each tap is one weight-vector load + PB FMAs whose input operand is a
+//    broadcast straight from the image (no padding, no copy). Wide rows would waste 28% of their lanes there
+//    (18 rows of 22 rounded up to whole 64-output blocks, for 18x18 useful); this wastes none when VL divides M.
+//    K=5 and K=7 (every course layer) are compile-time constants, so the tap loop unrolls fully. The
+//    accumulators (one pixel per vector) are transposed to [m][h][w] in registers, 16x16 at a time.
+// Both write an image's whole output (contiguous in y) with non-temporal stores: at batch 10000 y is the
+// largest array (sp19 conv1: 465 MB of y for 92 MB of x) and a plain store would first read every line of it
+// (write-allocate); sp19 conv1 is then bound by the two cores' write bandwidth about as much as by FMAs.
+// Measured (invoke bench --cpu, batch 10000, beside PyTorch's CPU conv2d on the same 2 threads): the CPU
+// bench file of 2026-11-23 in results/ (bench-cpu-<cpu>-<date>.json). The design was tuned on a 2-core
+// AVX-512 machine with two 512-bit FMA pipes per core.
 //
-// Without AVX-512 (another CPU, or `invoke build --portable`) the same code is compiled with GCC vector
-// extensions of 8 lanes (AVX2) or 4 (SSE), with register blocks sized for 16 registers.
+// Without AVX-512 (another CPU, or `invoke build --portable`) the same code compiles with GCC vector
+// extensions of 8 lanes (AVX2) or 4 (SSE), register blocks sized for 16 registers, and a scalar transpose.
 #include <omp.h>
 
 #if defined(__SSE2__)
@@ -150,7 +152,7 @@ constexpr int pb_max(int mv) { return (NREG - 2 * mv - 2) / mv; }
 
 // acc[PB][MV]: PB pixels of output row h from column w0, MV*VL channels; packed weights [c][p][q][MV*VL];
 // result to t[(h*Wo + w0 + j) * MV*VL + lane]. KT: the kernel size when known at compile time (the course's 5
-// and 7: an unrolled tap loop ran sp19 conv2 a fifth faster on one core), else 0 and K is read at run time.
+// and 7, whose tap loop then unrolls: no loop counter among the PB FMAs), else 0 and K is read at run time.
 template <int MV, int PB, int KT>
 void lanes_block(const float* __restrict x, const float* __restrict wpk, int64_t C, int64_t H, int64_t W,
                  int64_t K_, int64_t Wo, int64_t h, int64_t w0, float* __restrict t) {
@@ -210,8 +212,8 @@ LanesBlockFn lanes_block_for(int64_t K, int64_t mv, int64_t pb) {
 }
 
 // so[i * P + o] = t[o * width + i] for i < mcount, o < P: the accumulators (one pixel per row of t) to
-// [m][h][w]. With AVX-512, 16x16 blocks are transposed in registers (64 shuffles per 256 floats): the scalar
-// loop cost about a seventh of sp19 conv2's time.
+// [m][h][w]. With AVX-512, 16x16 blocks are transposed in registers (64 shuffles per 256 floats instead of
+// 256 strided scalar loads); the pixels past the last whole 16 and other targets use the scalar loop.
 void transpose_out(const float* __restrict t, int64_t width, int64_t P, int64_t mcount, float* __restrict so) {
   int64_t o0 = 0;
 #if defined(__AVX512F__)
