@@ -100,7 +100,9 @@ inline void stream_fence() {
 // ---- 1. pixel lanes (wide rows) ----
 constexpr int NV = 4;                           // vectors per output block
 constexpr int VB = NV * VL;                     // wide outputs per block
-constexpr int MB_MAX = NREG >= 32 ? 6 : 2;      // output channels per register block: MB_MAX*NV + NV <= NREG
+// Output channels per register block: MB_MAX*NV accumulators + NV inputs fill the registers (the weight
+// broadcasts are FMA memory operands). With 16 registers (AVX2) 3 beat 2 and 4 (spills) on sp19 conv1.
+constexpr int MB_MAX = NREG >= 32 ? 6 : 3;
 
 // acc[MB][NV] over one block of VB wide outputs starting at o; packed weights [c][p][q][MB_MAX].
 template <int MB>
