@@ -32,6 +32,20 @@ def test_matches_reference_on_random_shapes(name, rng):
         assert_close(out, reference.conv2d(x, k), *verify.tolerance(1e-5, c, kk), what=f"{name} {shape}")
 
 
+# The random shapes above keep M <= 12; these reach cpu-fast's channel-lane kernel (M >= 16 and few useful wide
+# outputs) at its edges: two channel vectors per block, a partly empty last vector, rows split into chunks.
+@pytest.mark.parametrize("shape", [(2, 3, 10, 10, 32, 3), (1, 2, 9, 30, 40, 3), (1, 1, 9, 40, 16, 9),
+                                   (3, 4, 12, 40, 48, 7), (2, 3, 8, 8, 20, 5), (2, 12, 33, 33, 24, 7)])
+@pytest.mark.parametrize("name", NAMES)
+def test_many_output_channels(name, shape, rng):
+    skip_if_unstarted(name, _cpu.conv)
+    x, k = random_conv_inputs(rng, shape)
+    b, c, h, w, m, kk = shape
+    out = np.full((b, m, h - kk + 1, w - kk + 1), np.nan, dtype=np.float32)  # poisoned
+    _cpu.conv(name, x, k, out)
+    assert_close(out, reference.conv2d(x, k), *verify.tolerance(1e-5, c, kk), what=f"{name} {shape}")
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_batch_of_course_size(name, rng):
     skip_if_unstarted(name, _cpu.conv)

@@ -67,12 +67,13 @@ def check_goals(result: dict) -> list[dict]:
     if "sweep" in parts:
         goals += sweep_goals(result.get("sweep") or {})
     if "cpu" in parts:
-        for label, key, target in (("cpu-fast sp19 conv1", SP19_CONV1, 0.10),
-                                   ("cpu-fast sp19 conv2", SP19_CONV2, 0.12)):
+        # Issue 15 (goal 5): past OpenBLAS-class SGEMM speed on the CPU's cores (was 0.10 s and 0.12 s).
+        for label, key, target in (("cpu-fast sp19 conv1", SP19_CONV1, 0.040),
+                                   ("cpu-fast sp19 conv2", SP19_CONV2, 0.080)):
             rows = [r for r in result.get("cpu", []) if r["variant"] == "cpu-fast" and "s" in r
                     and (r["C"], r["H"], r["W"], r["M"], r["K"]) == key and r["B"] == GOAL_BATCH]
             s = rows[0]["s"]["median"] if rows else None
-            goals.append(_goal(label + " (batch 10000)", f"<= {target:.2f}", s, "s",
+            goals.append(_goal(label + " (batch 10000)", f"<= {target:.3f}", s, "s",
                                None if s is None else s <= target,
                                "" if rows else "sp19 layer at batch 10000 not in this run"))
     if "end_to_end" in parts:
