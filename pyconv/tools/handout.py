@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..core import paths
 from ..core.errors import PyconvError
+from ..variants import SKELETON_MARK, holds_skeleton
 
 # Paths (a trailing / is a folder) that a handout leaves out, with why.
 LEFT_OUT = (
@@ -44,7 +45,6 @@ LEFT_OUT = (
     "tests/test_handout.py",
 )
 SLOTS = ("native/student/new-forward.h", "native/student/new-forward.cuh")
-SKELETON_MARK = "Remove this line and replace"
 # tasks.py's teachers' tasks sit between these two lines; the handout's tasks.py ends before them
 TASKS_BEGIN = "# --- teachers' tasks (left out of a student handout) ---"
 TASKS_END = "# --- end of teachers' tasks ---"
@@ -89,7 +89,7 @@ def write_handout(dest, root: Path = paths.ROOT, say=print) -> Path:
         for slot in SLOTS:
             if slot not in names:
                 raise PyconvError(f"{slot} is not in the committed tree: the handout needs the student slots")
-            if SKELETON_MARK not in tar.extractfile(slot).read().decode(errors="replace"):
+            if not holds_skeleton(tar.extractfile(slot).read().decode(errors="replace")):
                 raise PyconvError(f"the committed {slot} is not the course's skeleton (no '{SKELETON_MARK}...'): "
                                   "a handout must not carry a solution")
         dest.mkdir(parents=True, exist_ok=True)
