@@ -86,8 +86,9 @@ SKELETON_SKIP = "still holds the course's skeleton"
 
 
 def handout_pytest(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    """The handout's own tests, as a student runs them (-rs: every skip with its reason)."""
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args],
+    """The handout's own tests, as a student runs them; the summary names every test that failed, was skipped (with
+    its reason) or passed (one -r: a second would replace the first)."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfEsp", "-p", "no:cacheprovider", *args],
                           cwd=folder, capture_output=True, text=True, timeout=3000, env={**os.environ, **DATA})
 
 
@@ -122,7 +123,7 @@ def test_once_the_slot_holds_code_the_handouts_student_tests_run_it(built_handou
     glue recompiles): a correct file passes them, a wrong one fails them; the slot is then put back."""
     slot = built_handout / "native" / "student" / "new-forward.h"
     fixtures = ROOT / "tests" / "fixtures" / "student"
-    student_tests = ("-rp", "tests/test_cpu_conv.py", "tests/test_student.py", "tests/test_properties.py", "-k", "cpu")
+    student_tests = ("tests/test_cpu_conv.py", "tests/test_student.py", "tests/test_properties.py", "-k", "cpu")
     checks = ("tests/test_cpu_conv.py::test_matches_reference_on_random_shapes[cpu-student]",
               "tests/test_student.py::test_own_cpu_files_match_the_reference[slot]")
     try:
