@@ -8,7 +8,10 @@ the assignment's answers and the teachers' tools:
 - the finished student files kept as test fixtures, and the grader's fixture teams;
 - the grader (pyconv/grading/, this module, grade and leaderboard) with its tests, and its block of tasks.py.
 It is written as a new git repository with one commit, so that students can diff their work against it.
-The slots must hold the course's skeletons: a tree whose committed slot holds a solution is refused."""
+The slots must hold the course's skeletons: a tree whose committed slot holds a solution is refused.
+Its own tests pass as handed out: they take variant names from the registry (tests/built_variants.py), so tests of
+a left-out variant skip naming it, and tests of the student's variants skip while the slots hold the skeletons and
+run once the student has written code (tests/test_handout.py builds a handout and checks both)."""
 
 from __future__ import annotations
 
