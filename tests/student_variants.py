@@ -18,6 +18,8 @@ import sys
 import numpy as np
 import pytest
 
+from pyconv.variants import is_student
+
 # The probe of gpu-student runs in a child first: a student's kernel can kill the process (a fault the CUDA
 # runtime reports as a signal), and that must fail one test, not end the session.
 _PROBE = """
@@ -39,10 +41,6 @@ def _probe_gpu_in_child() -> tuple[int, str]:
 # Both skeletons' sentences: "... replace it with your implementation." (new-forward.h, the general template) and
 # "... replace with your implementation" (new-forward.cuh's float specialisation).
 SKELETON = re.compile(r"Check failed: 0 == 1 \(0 vs\. 1\): Remove this line and replace (it )?with your implementation")
-
-
-def is_student(name: str) -> bool:
-    return name in ("cpu-student", "gpu-student")
 
 
 def skip_if_unstarted(name: str, conv) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from built_variants import CPU, GPU, M3_PICK, needs_m3_pick
 from conftest import ROOT, needs_data
 from gpu_helpers import HAVE_GPU, gpu, random_model, requires_gpu, requires_gpu_module
 from test_mxnet_import import lenet, node, write_params, write_symbol
@@ -188,7 +189,7 @@ def test_sanitize_refuses_a_damaged_model_before_the_gpu(tmp_path):
     (["profile", "--m", "3", "--model", "no-such-model"], "unknown model 'no-such-model'"),
     (["milestone", "--m", "4", "--model", "no-such-model"], "unknown model 'no-such-model'"),
     (["milestone", "--m", "final", "--batch", "-3"], "got -3"),
-    (["milestone", "--m", "2", "--impl", "cpu-fastest"], "--impl must be one of cpu-naive, cpu-fast, cpu-student, numpy"),
+    (["milestone", "--m", "2", "--impl", "cpu-fastest"], f"--impl must be one of {', '.join([*CPU, 'numpy'])}"),
     (["bench", "--cpu", "--batch", "0"], "batch must be an integer between 1 and 10000, got 0"),
     (["bench", "--cpu", "--batch", "abc"], "batch must be an integer between 1 and 10000, got 'abc'"),
     (["bench", "--cpu", "--reps", "x"], "--reps must be an integer >= 1, got 'x'"),
@@ -213,8 +214,8 @@ def test_bad_names_and_numbers(tmp_path, args, msg):
 
 def test_sanitize_unknown_variant(tmp_path):
     pytest.importorskip("pyconv._gpu")
-    r = invoke("sanitize", "--variants", "gpu-baseline,gpu-imaginary", env={"PYCONV_LOGS": str(tmp_path)})
-    assert_one_line(r, "unknown GPU variant 'gpu-imaginary' (known: gpu-baseline")
+    r = invoke("sanitize", "--variants", f"{GPU[0]},gpu-imaginary", env={"PYCONV_LOGS": str(tmp_path)})
+    assert_one_line(r, f"unknown GPU variant 'gpu-imaginary' (known: {GPU[0]}")
 
 
 # --------------------------------------------------------------------------------- missing or damaged data
@@ -295,16 +296,8 @@ REFUSAL_CANDIDATES = [(1, 1, 3, 3, 1, 3), (1, 1, 4, 4, 70000, 3), (1, 1, 1, 1_00
 CHEAP_BYTES = 64 << 20
 
 
-def _variant_params():
-    try:
-        from pyconv import _gpu
-    except ImportError:
-        return ["gpu-baseline"]
-    return [v["name"] for v in _gpu.variants()]
-
-
 @requires_gpu_module
-@pytest.mark.parametrize("name", _variant_params())
+@pytest.mark.parametrize("name", GPU)
 def test_unsupported_shape_is_refused_before_any_gpu_work(name):
     """Every variant names the shapes it cannot run (why_unsupported) and conv refuses them with that reason
     as a ValueError -- checked before the GPU is touched, so this runs on machines without one too."""
@@ -328,6 +321,7 @@ def test_unsupported_shape_is_refused_before_any_gpu_work(name):
 
 @pytest.mark.gpu
 @requires_gpu
+@needs_m3_pick
 def test_gpu_out_of_memory_raises_and_the_process_keeps_working():
     g = gpu()
     free = g.device_info()["global_memory_bytes"]
@@ -337,14 +331,14 @@ def test_gpu_out_of_memory_raises_and_the_process_keeps_working():
     x = np.ones((1, 1, 1024, 1024), np.float32)
     k = np.ones((m, 1, 1, 1), np.float32)
     with pytest.raises(g.CudaError, match="cudaErrorMemoryAllocation"):
-        g.time_conv("gpu-baseline", x, k, warmup=0, reps=1)
+        g.time_conv(M3_PICK, x, k, warmup=0, reps=1)
     # The failed allocation left nothing behind: the same process computes correctly afterwards.
     rng = np.random.default_rng(5)
     xs = rng.uniform(-1, 1, (2, 3, 13, 11)).astype(np.float32)
     ks = rng.uniform(-1, 1, (5, 3, 3, 3)).astype(np.float32)
-    y = g.conv("gpu-baseline", xs, ks)
+    y = g.conv(M3_PICK, xs, ks)
     assert verify.compare(y, reference.conv2d(xs, ks), *verify.tolerance(1e-4, 3, 3)).passed
-    assert len(g.time_conv("gpu-baseline", xs, ks, warmup=0, reps=2)) == 2
+    assert len(g.time_conv(M3_PICK, xs, ks, warmup=0, reps=2)) == 2
 
 
 # ----------------------------------------------------------------------------------------- concurrent runs
@@ -355,7 +349,7 @@ def test_two_milestone_runs_at_once_write_two_complete_logs(tmp_path):
     logs = tmp_path / "logs"
     env = {**os.environ, "PYCONV_LOGS": str(logs)}
     cmd = [sys.executable, "-m", "invoke", "milestone", "--m", "2", "--batch", "200", "--model", str(model),
-           "--impl", "cpu-naive"]
+           "--impl", "numpy"]  # the reference: every build has it
     procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(2)]
     outs = [p.communicate(timeout=600) for p in procs]

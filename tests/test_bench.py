@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 import pytest
+from built_variants import CPU, CPU_VARIANTS, M2_DEFAULT, needs
 from gpu_helpers import HAVE_GPU, StandInGpu, random_model, requires_gpu
 from student_variants import SKELETON
 
@@ -122,10 +123,8 @@ def test_check_output_catches_an_error_in_the_last_images_only(rng):
 def test_a_cpu_variant_that_skips_an_output_is_marked_and_not_timed(rng, monkeypatch):
     from pyconv import _cpu
 
-    real = _cpu.conv
-
     def forgets_one(name, x, k, out=None):
-        y = real(name, x, k)
+        y = reference.conv2d(x, k).astype(np.float32)  # right everywhere else, whatever the variant
         y[0, 0, 0, 0] = np.nan  # as if the kernel never wrote it (the bench poisons `out` with NaN)
         out[...] = y
         return out
@@ -133,8 +132,7 @@ def test_a_cpu_variant_that_skips_an_output_is_marked_and_not_timed(rng, monkeyp
     monkeypatch.setattr(_cpu, "conv", forgets_one)
     site = {"model": "t", "layer": "conv1", "B": 4, "C": 1, "H": 8, "W": 8, "M": 2, "K": 3,
             "tanh_pool_follows": False}
-    fast = next(v for v in variants.cpu_variants() if v.name == "cpu-fast")
-    rows = cpu_layers.bench_cpu_layer(site, [fast], lambda _n: 4, rng, reps=2, torch=None)
+    rows = cpu_layers.bench_cpu_layer(site, CPU_VARIANTS[:1], lambda _n: 4, rng, reps=2, torch=None)
     assert len(rows) == 1
     assert not rows[0]["check"]["passed"] and "s" not in rows[0] and "FAILED" in rows[0]["skipped"]
 
@@ -191,9 +189,20 @@ def test_goals_met_and_missed():
     assert conv1["met"] is True and conv1["measured"] == pytest.approx(2.5 / 0.09)
     assert conv2["met"] is False and conv2["measured"] == pytest.approx(2.5)
     assert g["sp19 fused conv1 + tanh + pool"]["met"] is True
-    fa17 = g["fa17 conv"]
+    fa17 = g["fa17 conv + tanh + pool"]
     assert fa17["measured"] is None and fa17["met"] is None and "not in this run" in fa17["note"]
-    assert not any(x["name"].startswith("cpu-fast") for x in goals.check_goals(result))
+    assert g["sp19 conv2 (TF32 allowed)"]["measured"] == pytest.approx(0.40)
+    assert g["sp19 conv2 (TF32 allowed)"]["met"] is False and g["sp19 conv2, exact float32"]["met"] is False
+    assert not any(x["name"].startswith("cpu-fast") for x in goals.check_goals(result, "cpu-fast"))  # no CPU part
+
+
+def test_conv2_goals_tell_tf32_from_float32():
+    rows = [_row("gpu-x-tf32", 0.14), _row("gpu-y", 0.29)]
+    rows[0]["precision"] = "tf32"
+    c2 = _layer(goals.SP19_CONV2, rows, 1.0)
+    g = _by_name(goals.check_goals({"parts": ["gpu"], "layers": [c2]}))
+    assert g["sp19 conv2 (TF32 allowed)"]["measured"] == pytest.approx(0.14) and g["sp19 conv2 (TF32 allowed)"]["met"]
+    assert g["sp19 conv2, exact float32"]["measured"] == pytest.approx(0.29) and g["sp19 conv2, exact float32"]["met"]
 
 
 def test_goals_need_batch_10000():
@@ -215,7 +224,7 @@ def test_cpu_and_end_to_end_goals():
            "x_pytorch": {"pinned_ms": 5.0, "pageable_ms": 4.0}}
     result = {"parts": ["cpu", "end_to_end"], "cpu": [cpu_row(goals.SP19_CONV1, 0.035), cpu_row(goals.SP19_CONV2, 0.09)],
               "end_to_end": [e2e]}
-    g = _by_name(goals.check_goals(result))
+    g = _by_name(goals.check_goals(result, "cpu-fast"))
     assert g["cpu-fast sp19 conv1 (batch 10000)"]["met"] is True
     assert g["cpu-fast sp19 conv2 (batch 10000)"]["met"] is False
     assert g["sp19 end to end, data resident"]["met"] is True
@@ -224,7 +233,9 @@ def test_cpu_and_end_to_end_goals():
     same = g["sp19 labels equal PyTorch's float32 ones (images that differ)"]
     assert same["measured"] == pytest.approx(1.0) and same["met"] is True  # from the accuracies: 1 image apart
     e2e["pyconv"]["differ_vs_pytorch"] = 3  # the label-by-label count, when the run has it, is what counts
-    same = _by_name(goals.check_goals(result))["sp19 labels equal PyTorch's float32 ones (images that differ)"]
+    assert not any(x["name"].startswith("cpu-") for x in goals.check_goals(result))  # no milestone-2 default
+    same = _by_name(goals.check_goals(result, "cpu-fast"))[
+        "sp19 labels equal PyTorch's float32 ones (images that differ)"]
     assert same["measured"] == 3 and same["met"] is False
 
 
@@ -303,7 +314,9 @@ def test_cpu_bench_on_a_tiny_model(tmp_path, rng):
     path = save_model(model, tmp_path / "tiny.h5")
     out = tmp_path / "tags.json"
     lines: list[str] = []
-    result, dest = bench.run(model=str(path), batch=6, reps=2, cpu=True, out=str(out), echo=lines.append)
+    # every native CPU variant of this build, the student's included (it runs only when named)
+    result, dest = bench.run(model=str(path), batch=6, reps=2, cpu=True, out=str(out), variants=",".join(CPU),
+                             echo=lines.append)
     assert dest == out
     data = json.loads(out.read_text())
     assert data == json.loads(json.dumps(result))
@@ -311,16 +324,13 @@ def test_cpu_bench_on_a_tiny_model(tmp_path, rng):
     assert data["commit"] == tags.git_commit() and data["date"].endswith("+00:00")
     assert data["host_cpu"]["cores"] >= 1 and data["settings"]["batch"] == 6
     assert data["settings"]["cpu_naive_batch"] == 6  # --batch given: cpu-naive runs it too
-    from pyconv import _cpu
-
-    names = [v["name"] for v in _cpu.variants() if not variants.is_student(v["name"])]  # the student's: on request
     rtol = {v.name: v.rtol for v in variants.cpu_variants()}
     assert data["cpu"] and all(r["check"]["rtol"] == rtol[r["variant"]] for r in data["cpu"] if "check" in r)
-    ours = [r for r in data["cpu"] if r["variant"] in names]
+    ours = [r for r in data["cpu"] if r["variant"] in CPU]
     assert sorted({(r["layer"], r["variant"]) for r in ours}) == sorted(
-        (layer, n) for layer in ("conv1", "conv2") for n in names)
+        (layer, n) for layer in ("conv1", "conv2") for n in CPU)
     for r in ours:
-        if r["variant"] == "cpu-student" and "check" not in r:
+        if variants.is_student(r["variant"]) and "check" not in r:
             # The slot still holds the course's skeleton: its CHECK is recorded, the other variants still run.
             assert SKELETON.search(r["skipped"]), r["skipped"]
             continue
@@ -331,13 +341,17 @@ def test_cpu_bench_on_a_tiny_model(tmp_path, rng):
         assert not torch_rows
     else:
         assert len(torch_rows) == 2 and all("x_torch" in r for r in ours if "s" in r)
-    assert [g["name"] for g in data["goals"]] == ["cpu-fast sp19 conv1 (batch 10000)",
-                                                  "cpu-fast sp19 conv2 (batch 10000)"]
+    # the CPU goals are about milestone 2's default; a build without one (a student handout) has none
+    assert [g["name"] for g in data["goals"]] == ([f"{M2_DEFAULT} sp19 conv1 (batch 10000)",
+                                                   f"{M2_DEFAULT} sp19 conv2 (batch 10000)"] if M2_DEFAULT else [])
     assert all(g["met"] is None for g in data["goals"])  # the tiny model has no sp19 layer
     assert lines[-2] == f"wrote {out}"  # the table comes last
-    assert lines[-1].startswith("Host CPU") and "Goals" in lines[-1] and "cpu-fast" in lines[-1]
+    assert lines[-1].startswith("Host CPU")
+    if M2_DEFAULT:
+        assert "Goals" in lines[-1] and M2_DEFAULT in lines[-1]
 
 
+@needs("cpu-naive")
 def test_naive_batch_is_reduced_only_without_batch(tmp_path, rng):
     model = random_model(rng, input_shape=(1, 12, 12), name="tiny")
     path = save_model(model, tmp_path / "tiny.h5")
@@ -351,7 +365,7 @@ def test_bad_arguments():
     with pytest.raises(PyconvError, match="batch"):
         bench.run(batch=0, cpu=True, echo=lambda _s: None)
     with pytest.raises(PyconvError, match="--reps"):
-        bench.run(model="sp19", batch=2, reps=0, cpu=True, variants="cpu-fast", echo=lambda _s: None)
+        bench.run(model="sp19", batch=2, reps=0, cpu=True, variants=CPU[0], echo=lambda _s: None)
     with pytest.raises(PyconvError, match="--warmup"):
         bench.run(batch=2, warmup=-1, cpu=True, echo=lambda _s: None)
 

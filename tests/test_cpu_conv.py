@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from built_variants import needs
 from conftest import assert_close, random_conv_inputs, random_conv_shapes
 from student_variants import skip_if_unstarted
 
@@ -14,6 +15,11 @@ from pyconv.core import reference
 NAMES = [v["name"] for v in _cpu.variants()]
 
 
+def test_every_build_has_the_students_slot():
+    assert "cpu-student" in NAMES
+
+
+@needs("cpu-naive", "cpu-fast")
 def test_registry_lists_both_variants():
     assert {"cpu-naive", "cpu-fast"} <= set(NAMES)
 
@@ -53,7 +59,9 @@ def test_batch_of_course_size(name, rng):
     assert_close(_cpu.conv(name, x, k), reference.conv2d(x, k), rtol=1e-5, atol=1e-5, what=name)
 
 
-def test_argument_errors():
+@pytest.mark.parametrize("name", NAMES)
+def test_argument_errors(name):
+    # checked by the runtime before any variant runs: the same for every variant, a skeleton's included
     x = np.ones((2, 3, 8, 8), np.float32)
     k = np.ones((4, 3, 3, 3), np.float32)
     cases = [
@@ -67,8 +75,8 @@ def test_argument_errors():
     ]
     for args, msg in cases:
         with pytest.raises(ValueError, match=msg):
-            _cpu.conv("cpu-fast", *args)
+            _cpu.conv(name, *args)
     with pytest.raises(ValueError, match="unknown CPU convolution 'nope'"):
         _cpu.conv("nope", x, k)
     with pytest.raises(ValueError, match="out: shape"):
-        _cpu.conv("cpu-naive", x, k, np.zeros((2, 4, 5, 5), np.float32))
+        _cpu.conv(name, x, k, np.zeros((2, 4, 5, 5), np.float32))

@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from built_variants import M2_PICK
 from conftest import ROOT, assert_close, needs_course, needs_data, needs_torch
 
 from pyconv.core import archs
@@ -100,7 +101,7 @@ def test_m1_cpu_accuracy_equals_engine(name, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[1:] == ["New Inference", f"EvalMetric: {{'accuracy': {acc!r}}}"]
     assert out[0].startswith("m1.1: PyTorch ")
-    engine = float(np.mean(forward_cpu(model, x.astype(np.float32), "cpu-fast").labels == labels))
+    engine = float(np.mean(forward_cpu(model, x.astype(np.float32), M2_PICK).labels == labels))
     assert acc == engine
 
 
@@ -113,7 +114,7 @@ def test_course_checkpoint_through_m1(course_model):
     x, labels = milestones.load_inputs(course_model, 10000)
     acc = framework.run_m1(course_model, x, labels, "cpu")
     assert acc in (0.8397, 0.8398)
-    ref = float(np.mean(forward_cpu(course_model, x.astype(np.float32), "cpu-fast").labels == labels))
+    ref = float(np.mean(forward_cpu(course_model, x.astype(np.float32), M2_PICK).labels == labels))
     assert abs(acc - ref) <= 1e-4
 
 
@@ -150,7 +151,7 @@ def test_milestone_1_task(tmp_path):
     out = r.stdout
     model = load_model("ece408")
     x, labels = milestones.load_inputs(model, 100)
-    engine = float(np.mean(forward_cpu(model, x.astype(np.float32), "cpu-fast").labels == labels))
+    engine = float(np.mean(forward_cpu(model, x.astype(np.float32), M2_PICK).labels == labels))
     assert f"EvalMetric: {{'accuracy': {engine!r}}}" in out
     logs = sorted(tmp_path.glob("*.log"))
     gpu = framework.cuda_available()

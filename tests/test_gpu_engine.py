@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from student_variants import skip_if_unstarted
+from built_variants import CPU, GPU, M3_PICK, needs, needs_m3_pick
 from gpu_helpers import (
     HAVE_GPU,
     clear_margin,
@@ -17,6 +17,7 @@ from gpu_helpers import (
     requires_gpu,
     requires_gpu_module,
 )
+from student_variants import skip_if_unstarted
 
 from pyconv import verify
 from pyconv.core import reference
@@ -34,7 +35,7 @@ def test_without_gpu_import_works_and_use_raises_cuda_error():
     x = np.ones((1, 1, 4, 4), np.float32)
     k = np.ones((1, 1, 3, 3), np.float32)
     with pytest.raises(g.CudaError, match="no usable CUDA GPU"):
-        g.conv("gpu-baseline", x, k)
+        g.conv(GPU[0], x, k)
     with pytest.raises(g.CudaError, match="no usable CUDA GPU"):
         g.device_info()
     with pytest.raises(g.CudaError, match="no usable CUDA GPU"):
@@ -52,27 +53,34 @@ def test_without_gpu_import_works_and_use_raises_cuda_error():
 
 
 @requires_gpu_module
-def test_registry_lists_baseline_and_checks_arguments_before_the_gpu():
+@needs("gpu-baseline")
+def test_registry_lists_baseline_first_with_its_limits():
     g = gpu()
-    names = [v["name"] for v in g.variants()]
-    assert names[0] == "gpu-baseline"
-    assert len(set(names)) == len(names)
-    for v in g.variants():
-        assert v["epilogue"] in ("none", "tanh-maxpool2") and 0 < v["rtol"] < 0.1
+    assert GPU[0] == "gpu-baseline"
     assert g.why_unsupported("gpu-baseline", 1, 1, 8, 8, 70000, 3).startswith("gpu-baseline: M = 70000")
     assert g.why_unsupported("gpu-baseline", 2, 3, 8, 8, 6, 5) == ""
+    with pytest.raises(ValueError, match="grid's z limit"):
+        g.conv("gpu-baseline", np.ones((1, 1, 4, 4), np.float32), np.ones((70000, 1, 3, 3), np.float32))
+
+
+@requires_gpu_module
+@pytest.mark.parametrize("name", GPU)
+def test_the_registry_checks_arguments_before_the_gpu(name):
+    # the runtime's checks, before any variant runs: the same for every variant, a skeleton's included
+    g = gpu()
+    assert len(set(GPU)) == len(GPU)
+    for v in g.variants():
+        assert v["epilogue"] in ("none", "tanh-maxpool2") and 0 < v["rtol"] < 0.1
     with pytest.raises(ValueError, match="unknown GPU convolution 'nope'"):
         g.conv("nope", np.ones((1, 1, 4, 4), np.float32), np.ones((1, 1, 3, 3), np.float32))
     with pytest.raises(ValueError, match="dtype"):
-        g.conv("gpu-baseline", np.ones((1, 1, 4, 4), np.float64), np.ones((1, 1, 3, 3), np.float32))
+        g.conv(name, np.ones((1, 1, 4, 4), np.float64), np.ones((1, 1, 3, 3), np.float32))
     with pytest.raises(ValueError, match="4-D"):
-        g.conv("gpu-baseline", np.ones((1, 4, 4), np.float32), np.ones((1, 1, 3, 3), np.float32))
+        g.conv(name, np.ones((1, 4, 4), np.float32), np.ones((1, 1, 3, 3), np.float32))
     with pytest.raises(ValueError, match="C-contiguous"):
-        g.conv("gpu-baseline", np.ones((1, 1, 4, 8), np.float32)[..., ::2], np.ones((1, 1, 3, 3), np.float32))
+        g.conv(name, np.ones((1, 1, 4, 8), np.float32)[..., ::2], np.ones((1, 1, 3, 3), np.float32))
     with pytest.raises(ValueError, match="larger than the input"):
-        g.conv("gpu-baseline", np.ones((1, 1, 2, 2), np.float32), np.ones((1, 1, 3, 3), np.float32))
-    with pytest.raises(ValueError, match="grid's z limit"):
-        g.conv("gpu-baseline", np.ones((1, 1, 4, 4), np.float32), np.ones((70000, 1, 3, 3), np.float32))
+        g.conv(name, np.ones((1, 1, 2, 2), np.float32), np.ones((1, 1, 3, 3), np.float32))
     # A malformed network is refused before any GPU work.
     bad = [{"type": "conv", "name": "c", "out_channels": 2, "kernel": 3}]
     with pytest.raises(ValueError, match="flat class vector"):
@@ -89,10 +97,12 @@ def test_the_plan_of_milestones_3_and_4_from_the_real_registry():
 
     m = random_model(np.random.default_rng(1))
     sites, vs = conv_sites(m, 100), variants.gpu_variants()
-    assert plan("3", sites, vs).impls == ["gpu-baseline", "gpu-baseline"]
-    assert plan("4", sites, vs, impl="gpu-baseline").impls == ["gpu-baseline", "gpu-baseline"]
-    with pytest.raises(PyconvError, match="unknown GPU implementation 'cpu-fast' \\(known: gpu-baseline"):
-        plan("3", sites, vs, impl="cpu-fast")
+    # milestone 3's default; a build without one (a student handout) runs the student's variant
+    first = M3_PICK or "gpu-student"
+    assert plan("3", sites, vs).impls == [first, first]
+    assert plan("4", sites, vs, impl=GPU[0]).impls == [GPU[0], GPU[0]]
+    with pytest.raises(PyconvError, match=f"unknown GPU implementation '{CPU[0]}' \\(known: {GPU[0]}"):
+        plan("3", sites, vs, impl=CPU[0])
 
 
 # ------------------------------------------------------------------ on a GPU
@@ -120,11 +130,7 @@ def random_shapes(n: int, rng: np.random.Generator) -> list[tuple[int, int, int,
 
 
 def variant_ids():
-    try:
-        from pyconv import _gpu
-    except ImportError:
-        return ["gpu-baseline"]
-    return [v["name"] for v in _gpu.variants()]
+    return GPU
 
 
 def variant_named(name: str) -> dict:
@@ -150,7 +156,7 @@ def test_variant_matches_reference_on_random_shapes(name):
         ok, msg = close(y, reference_for(v, x, k), *tolerances(v, C, K))
         assert ok, f"{name} B={B} M={M} C={C} H={H} W={W} K={K}: {msg}"
         tested += 1
-    if name == "gpu-baseline":
+    if name == M3_PICK:  # milestone 3's default takes every shape
         assert tested == 220
     assert tested > 0, f"{name} supports none of the random shapes"
 
@@ -241,6 +247,7 @@ LAYER_CASES = {
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", list(LAYER_CASES))
 @pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+@needs_m3_pick
 def test_layers_match_reference(case, dtype):
     rng = np.random.default_rng(SEED + 3)
     C, H, W, M = 2, 13, 11, 3
@@ -256,15 +263,19 @@ def test_layers_match_reference(case, dtype):
     model = tiny_net(layers, (C, H, W))
     x = (rng.integers(0, 256, (5, C, H, W)).astype(dtype) if dtype == np.uint8
          else rng.uniform(0, 255, (5, C, H, W)).astype(np.float32))
-    got = network_of(model).logits(x, ["gpu-baseline"])
+    got = network_of(model).logits(x, [M3_PICK])
     ref = cpu_logits(model, x)
     assert np.abs(ref).max() > 0.1  # a meaningful comparison, not of zeros
     ok, msg = close(got, ref, 1e-4, 1e-5 * np.sqrt(flat))
     assert ok, f"{case}: {msg}"
 
 
+FUSED = "gpu-fused-tanh-pool"  # the conv + tanh + pool kernel the FC layers of this test follow
+
+
 @requires_gpu
 @pytest.mark.gpu
+@needs(FUSED)
 def test_fc_layers_in_tf32_stay_within_tf32_rounding():
     rng = np.random.default_rng(SEED + 9)
     C, H, W, hidden = 3, 20, 20, 96
@@ -283,10 +294,10 @@ def test_fc_layers_in_tf32_stay_within_tf32_rounding():
     x = rng.integers(1, 256, (300, C, H, W)).astype(np.uint8)
     net = network_of(model)
     assert net.fc_math == "fp32"
-    exact = net.logits(x, ["gpu-fused-tanh-pool"])
+    exact = net.logits(x, [FUSED])
     net.fc_math = "tf32"
     assert net.fc_math == "tf32"
-    got = net.logits(x, ["gpu-fused-tanh-pool"])
+    got = net.logits(x, [FUSED])
     ref = cpu_logits(model, x)
     assert np.abs(ref).max() > 0.5
     ok, msg = close(exact, ref, 1e-4, 1e-5 * np.sqrt(flat))
@@ -302,6 +313,7 @@ def test_fc_layers_in_tf32_stay_within_tf32_rounding():
 @requires_gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", variant_ids())
+@needs_m3_pick
 def test_network_predictions_equal_cpu_engine(name):
     from pyconv.engines.cpu import forward_cpu
 
@@ -311,11 +323,11 @@ def test_network_predictions_equal_cpu_engine(name):
     x = rng.integers(0, 256, (1000, 1, 24, 24), dtype=np.uint8)
     cpu = forward_cpu(model, x.astype(np.float32), "numpy")
     net = network_of(model)
-    impls = [name, "gpu-baseline"]
+    impls = [name, M3_PICK]
     try:
         res = net.forward(x, impls)
     except ValueError as e:  # a ladder variant that cannot take this layer (shape, epilogue) is refused cleanly
-        if name == "gpu-baseline":
+        if name == M3_PICK:
             raise
         pytest.skip(f"{name} does not fit this network: {e}")
     labels = res["labels"]
@@ -344,6 +356,7 @@ def test_network_predictions_equal_cpu_engine(name):
 
 @requires_gpu
 @pytest.mark.gpu
+@needs_m3_pick
 def test_gpu_engine_wrapper_and_bad_input():
     from pyconv.engines.gpu import GpuEngine
 
@@ -351,35 +364,36 @@ def test_gpu_engine_wrapper_and_bad_input():
     model = random_model(rng)
     eng = GpuEngine(model)
     x = rng.integers(0, 256, (10, 1, 20, 20), dtype=np.uint8)
-    both = ["gpu-baseline"] * 2
+    both = [M3_PICK] * 2
     assert eng.forward(x, both).labels.shape == (10,)
     with pytest.raises(PyconvError, match="expects"):
         eng.forward(x[:, :, :10], both)
     with pytest.raises(PyconvError, match="uint8 or float32"):
         eng.forward(x.astype(np.float64), both)
     with pytest.raises(PyconvError, match="one variant name per conv layer"):
-        eng.forward(x, "gpu-baseline")  # the engine decides nothing: no default for a name
+        eng.forward(x, M3_PICK)  # the engine decides nothing: no default for a name
     with pytest.raises(PyconvError, match="unknown GPU convolution 'nope'"):
-        eng.forward(x, ["nope", "gpu-baseline"])
+        eng.forward(x, ["nope", M3_PICK])
     with pytest.raises(PyconvError, match="2 conv layers but 1"):
-        eng.forward(x, ["gpu-baseline"])
+        eng.forward(x, [M3_PICK])
     net = eng.net
     with pytest.raises(ValueError, match="C-contiguous"):
-        net.forward(np.zeros((10, 1, 20, 40), np.uint8)[..., ::2], ["gpu-baseline"] * 2)
+        net.forward(np.zeros((10, 1, 20, 40), np.uint8)[..., ::2], [M3_PICK] * 2)
     with pytest.raises(ValueError, match="4-D"):
-        net.forward(np.zeros((10, 20, 20), np.uint8), ["gpu-baseline"] * 2)
+        net.forward(np.zeros((10, 20, 20), np.uint8), [M3_PICK] * 2)
     with pytest.raises(ValueError, match="chunks and streams"):
-        net.forward(x, ["gpu-baseline"] * 2, chunks=0)
+        net.forward(x, [M3_PICK] * 2, chunks=0)
     for v in gpu().variants():
         if v["x_on_host"]:  # host-input variants are refused past the first layer
             with pytest.raises(ValueError, match="first layer"):
-                net.forward(x, ["gpu-baseline", v["name"]])
+                net.forward(x, [M3_PICK, v["name"]])
     assert eng.forward(x, both).labels.shape == (10,)  # still usable after every refusal
 
 
 @requires_gpu
 @pytest.mark.gpu
 @pytest.mark.slow
+@needs_m3_pick
 def test_batch_too_large_for_the_gpu_is_split_and_the_process_keeps_working():
     g = gpu()
     rng = np.random.default_rng(SEED + 6)
@@ -393,19 +407,20 @@ def test_batch_too_large_for_the_gpu_is_split_and_the_process_keeps_working():
               bias=np.zeros(10, np.float32))])
     x = rng.integers(0, 256, (n, 1, S, S), dtype=np.uint8)
     net = network_of(model)
-    res = net.forward(x, ["gpu-baseline"])
+    res = net.forward(x, [M3_PICK])
     assert res["passes"] > 1 and res["rows_per_pass"] < n
     assert res["peak_bytes"] <= free
-    small = net.forward(x[:16], ["gpu-baseline"])
+    small = net.forward(x[:16], [M3_PICK])
     np.testing.assert_array_equal(res["labels"][:16], small["labels"])
     # the process (and other networks) keep working afterwards
     m2 = random_model(rng)
     y = rng.integers(0, 256, (4, 1, 20, 20), dtype=np.uint8)
-    assert network_of(m2).forward(y, ["gpu-baseline"] * 2)["labels"].shape == (4,)
+    assert network_of(m2).forward(y, [M3_PICK] * 2)["labels"].shape == (4,)
 
 
 @requires_gpu
 @pytest.mark.gpu
+@needs_m3_pick
 def test_shipped_models_predict_as_the_cpu_engine():
     from pyconv.core.model import load_model, shipped_models
     from pyconv.engines.cpu import forward_cpu
@@ -418,13 +433,14 @@ def test_shipped_models_predict_as_the_cpu_engine():
         model = load_model(name)
         x = rng.integers(0, 256, (200, *model.input_shape), dtype=np.uint8)
         cpu = forward_cpu(model, x.astype(np.float32), "numpy")
-        gpu_labels = network_of(model).forward(x, ["gpu-baseline"] * len(model.convs))["labels"]
+        gpu_labels = network_of(model).forward(x, [M3_PICK] * len(model.convs))["labels"]
         sure = clear_margin(cpu.probabilities, 1e-4)
         np.testing.assert_array_equal(gpu_labels[sure], cpu.labels[sure], err_msg=name)
 
 
 @requires_gpu
 @pytest.mark.gpu
+@needs_m3_pick
 def test_milestone_3_correctness_equals_the_cpu_path(capsys):
     from pyconv.core import paths
     from pyconv.core.model import DEFAULT_MODEL, available_models, load_model
@@ -443,12 +459,13 @@ def test_milestone_3_correctness_equals_the_cpu_path(capsys):
     assert sum(line.startswith("Op Time: ") for line in out) == len(model.convs)
     cpu = forward_cpu(model, x.astype(np.float32), "numpy")
     assert out[-1] == f"Correctness: {accuracy(cpu.labels, labels):.4g} Model: {model.name}"
-    with pytest.raises(PyconvError, match="known: gpu-baseline"):
-        run_planned("3", model, x, labels, impl="cpu-fast")
+    with pytest.raises(PyconvError, match=f"known: {M3_PICK}"):
+        run_planned("3", model, x, labels, impl=CPU[0])
 
 
 @requires_gpu
 @pytest.mark.gpu
+@needs_m3_pick
 def test_several_gpus_give_the_one_gpu_labels_in_order():
     """MultiGpuEngine over every visible GPU (1 where only one is lent) equals one GpuEngine, chunked or not."""
     from pyconv.engines.gpu import GpuEngine, MultiGpuEngine, parse_gpus
@@ -456,7 +473,7 @@ def test_several_gpus_give_the_one_gpu_labels_in_order():
     rng = np.random.default_rng(SEED + 9)
     model = random_model(rng, (1, 24, 24))
     x = rng.integers(0, 256, (1003, 1, 24, 24), dtype=np.uint8)  # not a multiple of any split
-    impls = ["gpu-baseline", "gpu-baseline"]
+    impls = [M3_PICK, M3_PICK]
     one = GpuEngine(model).forward(x, impls)
     n = parse_gpus("all")
     assert n == gpu().device_count() >= 1
@@ -469,6 +486,7 @@ def test_several_gpus_give_the_one_gpu_labels_in_order():
 
 @requires_gpu
 @pytest.mark.gpu
+@needs_m3_pick
 def test_final_runs_float32_unless_a_bench_of_these_weights_allowed_tf32(tmp_path, monkeypatch):
     from pyconv import evidence
     from pyconv.core import paths

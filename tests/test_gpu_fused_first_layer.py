@@ -24,10 +24,11 @@ except ImportError:
     _gpu = None
 
 
-def fused_variants() -> list[str]:
+def fused_variants(precision: str | None = None) -> list[str]:
     if _gpu is None:
         return ["gpu-fused-tanh-pool"]
-    return [v["name"] for v in _gpu.variants() if v["epilogue"] == "tanh-maxpool2"]
+    return [v["name"] for v in _gpu.variants()
+            if v["epilogue"] == "tanh-maxpool2" and (precision is None or v["precision"] == precision)]
 
 
 def variant(name: str) -> dict:
@@ -70,7 +71,10 @@ def test_first_layer_shapes_match_reference(name):
 
 @requires_gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", fused_variants())
+# Float32 variants only: with inputs of +-255 a TF32 product keeps 10 bits, so a conv value near zero (a sum of
+# terms of thousands) is off by units before tanh, beyond any tolerance relative to the output; the TF32 variants'
+# own tolerance is held on the bench's inputs in the other tests.
+@pytest.mark.parametrize("name", fused_variants("fp32"))
 def test_saturated_and_zero_inputs(name):
     """Conv values far beyond tanh's saturation (both signs) and exactly zero images: tanh must give exactly
     +-1 and 0 there, whatever formula a step uses."""

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from built_variants import M2_PICK
 from conftest import ROOT, needs_data
 
 from pyconv.core.errors import PyconvError
@@ -40,7 +41,7 @@ def invoke(*args, env=None, timeout=600):
     (["milestone", "--m", "2", "--batch", "abc"], "batch must be an integer"),
     (["milestone", "--m", "2", "--batch", "10001"], "got 10001"),
     (["milestone", "--m", "2", "--model", "nope"], "unknown model 'nope'"),
-    (["milestone", "--m", "2", "--impl", "gpu-baseline", "--model", "MODEL"], "--impl must be one of"),
+    (["milestone", "--m", "2", "--impl", "gpu-student", "--model", "MODEL"], "--impl must be one of"),
 ])
 def test_cli_bad_input_is_one_line(args, msg, tmp_path):
     from pyconv.core.model import available_models
@@ -71,7 +72,7 @@ def test_missing_data_is_one_line(tmp_path):
 
 @needs_data
 def test_milestone2_end_to_end_on_a_model_file(course_model, tmp_path):
-    r = invoke("milestone", "--m", "2", "--batch", "100", "--model", str(course_model.path), "--impl", "cpu-naive",
+    r = invoke("milestone", "--m", "2", "--batch", "100", "--model", str(course_model.path), "--impl", M2_PICK,
                env={"PYCONV_LOGS": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     out = r.stdout
@@ -79,7 +80,7 @@ def test_milestone2_end_to_end_on_a_model_file(course_model, tmp_path):
     assert lines[0] == "Loading fashion-mnist data... done"
     assert lines[1] == "Loading model... done"
     assert lines[2] == "New Inference"
-    assert len(re.findall(r"^Op Time: \d+\.\d+ \S+ cpu-naive$", out, re.M)) == 2  # the number is the third word
+    assert len(re.findall(rf"^Op Time: \d+\.\d+ \S+ {M2_PICK}$", out, re.M)) == 2  # the number is the third word
     assert "Correctness: 0.84 Model: course-sp19" in out
     logs = list(Path(tmp_path).glob("m2-*.log"))
     assert len(logs) == 1
@@ -92,7 +93,7 @@ def test_milestone2_end_to_end_on_a_model_file(course_model, tmp_path):
 @needs_data
 def test_milestone2_posix_time(course_model, tmp_path):
     r = invoke("milestone", "--m", "2", "--batch", "10", "--model", str(course_model.path), "--posix",
-               env={"PYCONV_LOGS": str(tmp_path)})
+               "--impl", M2_PICK, env={"PYCONV_LOGS": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     assert timelog.parse_posix(r.stdout)["real"] > 0
 

@@ -5,6 +5,7 @@ import struct
 
 import numpy as np
 import pytest
+from built_variants import CPU_VARIANTS
 from conftest import needs_course, needs_data
 
 from pyconv.core import mxnet_import
@@ -154,9 +155,8 @@ COURSE_ACCURACY = {100: (0.84,), 1000: (0.852,), 10000: (0.8397, 0.8398)}
 
 @needs_course
 @needs_data
-@pytest.mark.parametrize("impl,batch", [("cpu-fast", 100), ("cpu-fast", 1000), ("cpu-fast", 10000),
-                                        ("cpu-naive", 100), ("cpu-naive", 1000), ("cpu-naive", 10000),
-                                        ("numpy", 100), ("numpy", 1000), ("numpy", 10000)])
+@pytest.mark.parametrize("impl", [v.name for v in CPU_VARIANTS if not v.student] + ["numpy"])
+@pytest.mark.parametrize("batch", [100, 1000, 10000])
 def test_course_checkpoint_correctness(course_model, impl, batch):
     from pyconv.core import data
     from pyconv.engines.cpu import forward_cpu

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from built_variants import needs
 from conftest import COURSE_PARAMS, COURSE_SYMBOL, needs_course
 from gpu_helpers import random_model, requires_gpu_module
 
@@ -252,8 +253,10 @@ LADDER_BEFORE = ("gpu-baseline", "gpu-shared-tiled", "gpu-const-weights", "gpu-u
                  "gpu-register-tiled", "gpu-specialised", "gpu-channel-parallel", "gpu-tensor-core", "gpu-streams",
                  "gpu-fused-tanh-pool", "gpu-autotuned", "gpu-constant-operand", "gpu-tensor-core-tf32",
                  "gpu-tensor-core-fused")
+needs_the_ladder = needs(*LADDER_BEFORE)  # the plans below are choices among the ladder's variants
 
 @requires_gpu_module
+@needs_the_ladder
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("batch", [10000, 1])
 def test_the_plan_on_an_h200_equals_what_the_milestones_chose_before(name, batch, tmp_path_factory,
@@ -283,6 +286,7 @@ def test_the_plan_on_an_h200_equals_what_the_milestones_chose_before(name, batch
 
 
 @requires_gpu_module
+@needs_the_ladder
 @pytest.mark.parametrize("name", MODELS)
 def test_the_plan_on_a_gpu_without_evidence_uses_the_h200s_in_float32(name, tmp_path_factory, evidence_before):
     from pyconv import variants
@@ -298,6 +302,7 @@ def test_the_plan_on_a_gpu_without_evidence_uses_the_h200s_in_float32(name, tmp_
 
 
 @requires_gpu_module
+@needs_the_ladder
 def test_invoke_plan_explains_a_milestone_for_a_gpu_by_name():
     from pyconv.tools import milestones
 

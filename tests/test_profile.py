@@ -13,6 +13,7 @@ import types
 from pathlib import Path
 
 import pytest
+from built_variants import M2_PICK
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -268,7 +269,7 @@ def test_unavailable_milestone_still_runs(monkeypatch, capsys, tmp_path):
     model = DEFAULT_MODEL if DEFAULT_MODEL in names else names[0]
     monkeypatch.setitem(sys.modules, "pyconv._cupti", None)
     monkeypatch.setenv(profile.ENV_VAR, str(tmp_path / "t.json"))
-    assert milestones._child(["--m", "2", "--batch", "20", "--impl", "cpu-fast", "--model", model]) == 0
+    assert milestones._child(["--m", "2", "--batch", "20", "--impl", M2_PICK, "--model", model]) == 0
     out = capsys.readouterr().out.splitlines()
     assert sum(bool(UNAVAILABLE.match(line)) for line in out) == 1
     assert sum(line.startswith("profile:") for line in out) == 1

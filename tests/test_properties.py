@@ -16,11 +16,12 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+from built_variants import CPU, GPU
 from conftest import assert_close, random_conv_inputs
 from gpu_helpers import requires_gpu
-from student_variants import skip_if_unstarted
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from student_variants import skip_if_unstarted
 
 from pyconv import _cpu, verify
 from pyconv.core import reference
@@ -33,15 +34,7 @@ _COMMON = dict(deadline=None, derandomize=True, database=None, print_blob=True,
 settings.register_profile("pyconv-cpu", max_examples=CPU_EXAMPLES, **_COMMON)
 settings.register_profile("pyconv-gpu", max_examples=GPU_EXAMPLES, **_COMMON)
 
-CPU_NAMES = [v["name"] for v in _cpu.variants()]
-
-
-def gpu_variant_names() -> list[str]:
-    try:
-        from pyconv import _gpu
-    except ImportError:
-        return ["gpu-baseline"]
-    return [v["name"] for v in _gpu.variants()]
+CPU_NAMES = CPU
 
 
 # ------------------------------------------------------------------------------------------ counting
@@ -140,7 +133,7 @@ def _variant(name: str) -> dict:
 
 @pytest.mark.gpu
 @requires_gpu
-@pytest.mark.parametrize("name", gpu_variant_names())
+@pytest.mark.parametrize("name", GPU)
 def test_gpu_variant_matches_reference(name):
     from pyconv import _gpu
 

@@ -6,7 +6,8 @@ is compiled and imported only (variants() needs no GPU). A duplicate name or ste
 loads. A student's folder (PYCONV_STUDENT_DIR) is compiled only when its header is there, ahead of native/.
 
 Builds only the targets it needs, for CUDA architecture 90 only; the GPU copy keeps GPU_KERNELS_KEPT of the
-ladder (the runtime does not depend on any particular ladder file, as in a student handout)."""
+ladder (the runtime does not depend on any particular ladder file, as in a student handout, which has none: there
+the copies hold the throwaway variants alone, and the expectations below follow this build's registry)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from built_variants import CPU_VARIANTS, GPU_VARIANTS, M2_DEFAULT
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU_KERNELS_KEPT = ("conv_00_baseline.cu",)
+# What the copies list besides the throwaway variants: this build's ladder without the student's (step order), and
+# of the GPU ladder the step-0 file kept (none in a student handout).
+LADDER_CPU = [v.name for v in CPU_VARIANTS if not v.student]
+KEPT_GPU = [v.name for v in GPU_VARIANTS if v.step == 0 and not v.student
+            and (ROOT / "native" / "cuda" / "kernels" / GPU_KERNELS_KEPT[0]).exists()]
 
 pytestmark = pytest.mark.slow
 
@@ -138,7 +145,9 @@ def tree(tmp_path_factory):
     for f in kernels.glob("conv_*.cu"):
         if f.name not in GPU_KERNELS_KEPT:
             f.unlink()
-    # The documented touch points: one new file each, nothing else edited.
+    # The documented touch points: one new file each, nothing else edited (a handout has no kernels/ folders yet).
+    (src / "native" / "cpu" / "kernels").mkdir(parents=True, exist_ok=True)
+    kernels.mkdir(parents=True, exist_ok=True)
     (src / "native" / "cpu" / "kernels" / "conv_cpu_throwaway.cpp").write_text(CPU_VARIANT)
     (kernels / "conv_42_throwaway.cu").write_text(GPU_VARIANT)
 
@@ -207,7 +216,7 @@ def test_a_new_cpu_variant_file_is_registered_and_runs(tree):
     build(build_dir, "_cpu")
     vs = variants_of(modules, "_cpu")
     names = [v["name"] for v in vs]
-    assert names == ["cpu-naive", "cpu-fast", "cpu-throwaway"]  # step order: 0, 1, 7
+    assert names == [*LADDER_CPU, "cpu-throwaway"]  # step order: 0, 1, 7
     v = vs[-1]
     assert v["step"] == 7 and v["device"] == "cpu" and v["rtol"] == pytest.approx(1e-5)
     assert v["roles"]["m2"] == {"role": "on-request", "reason": "added by a test"}
@@ -219,25 +228,28 @@ def test_a_new_cpu_variant_file_is_registered_and_runs(tree):
         "rng = np.random.default_rng(0)\n"
         "x = rng.uniform(-1, 1, (2, 3, 9, 11)).astype(np.float32)\n"
         "k = rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)\n"
-        "np.save(sys.argv[1], np.stack([_cpu.conv('cpu-throwaway', x, k), _cpu.conv('cpu-naive', x, k)]))\n"
+        "np.save(sys.argv[1], np.stack([_cpu.conv(n, x, k) for n in sys.argv[2:]]))\n"
         "print(_cpu.why_unsupported('cpu-throwaway', 1, 1, 9, 9, 1, 7))\n")
     out = src / "y.npy"
-    r = _run([sys.executable, "-c", code, out])
+    r = _run([sys.executable, "-c", code, out, *names])
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "cpu-throwaway: K <= 5 only"
-    y, y_naive = np.load(out)
+    ys = np.load(out)
+    y = ys[-1]
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (2, 3, 9, 11)).astype(np.float32)
     k = rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)
     from pyconv.core import reference
 
-    np.testing.assert_allclose(y, reference.conv2d(x, k), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(y, y_naive, rtol=1e-5, atol=1e-5)
+    for name, got in zip(names, ys):  # the throwaway and every variant of the copy's ladder
+        np.testing.assert_allclose(got, reference.conv2d(x, k), rtol=1e-5, atol=1e-5, err_msg=name)
 
-    # Milestone 2 takes it with --impl (its role), and its default stays cpu-fast.
+    # Milestone 2 takes it with --impl (its role), and its default stays the ladder's (cpu-fast); a copy without
+    # one (a handout's) runs the first variant that runs on request: this one.
     got = plans_of(modules, [["2", "cpu-throwaway"], ["2", None]])
-    assert got["m2 takes"] == ["cpu-naive", "cpu-fast", "cpu-throwaway", "numpy"]
-    assert got["2 cpu-throwaway"] == ["cpu-throwaway"] * 2 and got["2 None"] == ["cpu-fast"] * 2
+    assert got["m2 takes"] == [*LADDER_CPU, "cpu-throwaway", "numpy"]
+    assert got["2 cpu-throwaway"] == ["cpu-throwaway"] * 2
+    assert got["2 None"] == [M2_DEFAULT or "cpu-throwaway"] * 2
 
 
 def test_a_new_gpu_variant_file_is_compiled_and_registered(tree):
@@ -247,7 +259,7 @@ def test_a_new_gpu_variant_file_is_compiled_and_registered(tree):
         pytest.skip("nvcc or cuBLAS not found: CMake configured no GPU module")
     build(build_dir, "_gpu")
     vs = variants_of(modules, "_gpu")
-    assert [(v["name"], v["step"]) for v in vs] == [("gpu-baseline", 0), ("gpu-throwaway", 42)]
+    assert [(v["name"], v["step"]) for v in vs] == [*((n, 0) for n in KEPT_GPU), ("gpu-throwaway", 42)]
     v = vs[-1]
     assert v["device"] == "gpu" and v["rtol"] == pytest.approx(1e-4) and v["precision"] == "fp32"
     assert v["epilogue"] == "none" and v["x_on_host"] is False and v["reads_u8"] is False
@@ -255,7 +267,8 @@ def test_a_new_gpu_variant_file_is_compiled_and_registered(tree):
                           "m3": {"role": "on-request", "reason": "added by a test"},
                           "m4": {"role": "candidate", "reason": ""},
                           "final": {"role": "never", "reason": "added by a test"}}
-    assert vs[0]["roles"]["m3"]["role"] == "default"
+    if KEPT_GPU:
+        assert vs[0]["roles"]["m3"]["role"] == "default"
 
     # The Plan: --impl runs it on every layer where its role allows; final refuses it with its file's reason.
     got = plans_of(modules, [["4", "gpu-throwaway"], ["3", "gpu-throwaway"], ["final", "gpu-throwaway"],
@@ -263,7 +276,8 @@ def test_a_new_gpu_variant_file_is_compiled_and_registered(tree):
     assert got["4 gpu-throwaway"] == got["3 gpu-throwaway"] == ["gpu-throwaway"] * 2
     assert got["final gpu-throwaway"] == ("PyconvError: --impl gpu-throwaway is not allowed in the final "
                                           "milestone: added by a test")
-    assert got["4 None"] == ["gpu-baseline"] * 2  # no milestone-4 default in this copy: its first candidate
+    # no milestone-4 default in this copy: its first candidate (the kept baseline, else the throwaway)
+    assert got["4 None"] == [(KEPT_GPU or ["gpu-throwaway"])[0]] * 2
 
 
 @pytest.mark.parametrize("clash", ["name", "step"])
@@ -340,12 +354,12 @@ def test_student_files_are_compiled_only_when_present(tmp_path):
 
     configure(src, build_dir, modules, student)  # no new-forward.h yet: skipped
     build(build_dir, "_cpu")
-    assert [v["name"] for v in variants_of(modules, "_cpu")] == ["cpu-naive", "cpu-fast"]
+    assert [v["name"] for v in variants_of(modules, "_cpu")] == LADDER_CPU
 
     (student / "new-forward.h").write_text(STUDENT_HEADER)
     out = configure(src, build_dir, modules, student)
     assert "_cpu includes the student's" in out
     build(build_dir, "_cpu")
     vs = variants_of(modules, "_cpu")
-    assert [v["name"] for v in vs] == ["cpu-naive", "cpu-fast", "cpu-student"]
+    assert [v["name"] for v in vs] == [*LADDER_CPU, "cpu-student"]
     assert vs[-1]["roles"]["m2"] == {"role": "on-request", "reason": "a student's variant"}

@@ -219,7 +219,7 @@ def test_readme_without_proper_markers_is_left_alone(tmp_path, text):
 def test_cpu_only_result_renders(tmp_path):
     r = synthetic_result()
     r.update({"parts": ["cpu"], "gpu": None, "roofline": None, "layers": [], "end_to_end": []})
-    r["goals"] = goals.check_goals(r)
+    r["goals"] = goals.check_goals(r, "cpu-fast")  # the synthetic CPU rows are cpu-fast's
     path = tmp_path / "bench-cpu.json"
     path.write_text(json.dumps(r))
     dest, pngs = report.write_report(path, tmp_path / "r.md")

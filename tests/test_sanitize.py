@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from built_variants import needs
 from conftest import ROOT
 from gpu_helpers import HAVE_GPU, requires_gpu, requires_gpu_module
 
@@ -148,6 +149,7 @@ def test_without_a_gpu_the_task_fails_in_one_line(tmp_path):
 
 @pytest.mark.gpu
 @requires_gpu
+@needs("gpu-baseline")
 def test_memcheck_of_the_baseline_is_clean(tmp_path):
     try:
         sanitize.find_sanitizer()

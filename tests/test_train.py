@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from built_variants import M2_PICK
 from conftest import ROOT, needs_data, needs_torch
 
 from pyconv.core import archs, paths
@@ -103,7 +104,7 @@ def test_trained_model_takes_raw_pixels_and_learns(tmp_path, capfd):
     from pyconv.core import data
 
     x, labels = data.load_test(48, 1000)
-    acc = float(np.mean(forward_cpu(model, x.astype(np.float32), "cpu-fast").labels == labels))
+    acc = float(np.mean(forward_cpu(model, x.astype(np.float32), M2_PICK).labels == labels))
     assert acc > 0.6
     assert files_in(tmp_path) == ["short.h5"]  # no temporary file left beside it
 

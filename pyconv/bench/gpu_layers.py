@@ -140,7 +140,7 @@ def bench_gpu_layer(g, site: dict, variants: list[Variant], roof: dict | None, r
         name = v.name
         pooled = v.pools
         row = {"variant": name, "step": v.step, "summary": v.summary, "epilogue": v.epilogue,
-               "x_on_host": v.x_on_host}
+               "precision": v.precision, "x_on_host": v.x_on_host}
         rows.append(row)
         if pooled and not fused_site:
             row["skipped"] = "the layer is not followed by tanh + max-pool 2/2"
@@ -311,7 +311,7 @@ def bench_gpu_layer_resident(g, site: dict, variants: list[Variant], rng: np.ran
     rows = []
     for v in variants:
         row = {"variant": v.name, "step": v.step, "summary": v.summary, "epilogue": v.epilogue,
-               "x_on_host": v.x_on_host}
+               "precision": v.precision, "x_on_host": v.x_on_host}
         rows.append(row)
         if v.pools and not fused_site:
             row["skipped"] = "the layer is not followed by tanh + max-pool 2/2"

@@ -97,6 +97,7 @@ class VariantRow(Record):
     step: int | None = None
     summary: str = ""
     epilogue: str = "none"
+    precision: str | None = None  # fp32 or tf32 (files before it was recorded: None)
     x_on_host: bool = False
     check: Check | None = field(default=None, metadata=_conv(Check.from_dict))
     ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))

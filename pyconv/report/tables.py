@@ -717,6 +717,7 @@ def summary_table(results: list[tuple[str, BenchResult]]) -> Table:
         rows_seen.setdefault(key, label)
 
     rows_seen: dict[str, str] = {}
+    cpu_seen: list[str] = []  # CPU variants in the order the bench files list them (the ladder's)
     shown: dict[str, str] = {}  # arch -> the model whose whole network is shown
     for _, r in results:
         for layer in r.layers:
@@ -738,7 +739,10 @@ def summary_table(results: list[tuple[str, BenchResult]]) -> Table:
             def variant_ms(name):
                 return lambda site: next((v.ms.median for v in site.variants if v.variant == name and v.ms), None)
 
-            put("base", "m3 `gpu-baseline`, conv layers (ms)", gpu, arch, total(variant_ms("gpu-baseline")))
+            # the ladder's first step (milestone 3's default), as the file names it
+            base = next((v.variant for lr in layers for v in lr.variants if v.step == 0), None)
+            if base:
+                put("base", f"m3 `{base}`, conv layers (ms)", gpu, arch, total(variant_ms(base)))
             put("best", "fastest variant per layer, conv layers (ms)", gpu, arch,
                 total(lambda layer: layer.best.ms if layer.best else None))
             put("cudnn", "cuDNN conv2d, conv layers (ms)", gpu, arch,
@@ -750,6 +754,8 @@ def summary_table(results: list[tuple[str, BenchResult]]) -> Table:
                 continue
             cols.setdefault(arch, f"{SEMESTERS[arch]}, {row.H}x{row.W}")
             who = "pytorch" if row.variant.startswith("pytorch") else row.variant
+            if who not in cpu_seen:
+                cpu_seen.append(who)
             cpu_arch[(who, arch)] = cpu_arch.get((who, arch), 0.0) + row.s.median * 1e3
         cpu = _machine(r, False)
         for (who, arch), ms in cpu_arch.items():
@@ -772,7 +778,8 @@ def summary_table(results: list[tuple[str, BenchResult]]) -> Table:
             put("e2e", "whole network (`final`), pinned input (ms)", gpu, e.arch, e.pyconv.pinned_ms.median)
             put("torch", "whole network in PyTorch + cuDNN, pinned input (ms)", gpu, e.arch,
                 e.pytorch.pinned_ms.median if e.pytorch.pinned_ms else None)
-    order = ["cpu:cpu-naive", "cpu:cpu-fast", "cpu:pytorch", "base", "best", "cudnn", "e2e", "torch", "e2e2"]
+    order = [*(f"cpu:{w}" for w in cpu_seen if w != "pytorch"), "cpu:pytorch", "base", "best", "cudnn", "e2e",
+             "torch", "e2e2"]
     keys = [k for k in order if k in rows_seen] + [k for k in rows_seen if k not in order]
     archs = [a for a in SEMESTERS if a in cols]
     t = Table("Summary", ["measured", "on", *[cols[a] + (f" (`{shown[a]}`)" if a in shown else "") for a in archs]])

@@ -8,7 +8,10 @@ the assignment's answers and the teachers' tools:
 - the finished student files kept as test fixtures, and the grader's fixture teams;
 - the grader (pyconv/grading/, this module, grade and leaderboard) with its tests, and its block of tasks.py.
 It is written as a new git repository with one commit, so that students can diff their work against it.
-The slots must hold the course's skeletons: a tree whose committed slot holds a solution is refused."""
+The slots must hold the course's skeletons: a tree whose committed slot holds a solution is refused.
+Its own tests pass as handed out: they take variant names from the registry (tests/built_variants.py), so tests of
+a left-out variant skip naming it, and tests of the student's variants skip while the slots hold the skeletons and
+run once the student has written code (tests/test_handout.py builds a handout and checks both)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from pathlib import Path
 
 from ..core import paths
 from ..core.errors import PyconvError
+from ..variants import SKELETON_MARK, holds_skeleton
 
 # Paths (a trailing / is a folder) that a handout leaves out, with why.
 LEFT_OUT = (
@@ -44,7 +48,6 @@ LEFT_OUT = (
     "tests/test_handout.py",
 )
 SLOTS = ("native/student/new-forward.h", "native/student/new-forward.cuh")
-SKELETON_MARK = "Remove this line and replace"
 # tasks.py's teachers' tasks sit between these two lines; the handout's tasks.py ends before them
 TASKS_BEGIN = "# --- teachers' tasks (left out of a student handout) ---"
 TASKS_END = "# --- end of teachers' tasks ---"
@@ -89,7 +92,7 @@ def write_handout(dest, root: Path = paths.ROOT, say=print) -> Path:
         for slot in SLOTS:
             if slot not in names:
                 raise PyconvError(f"{slot} is not in the committed tree: the handout needs the student slots")
-            if SKELETON_MARK not in tar.extractfile(slot).read().decode(errors="replace"):
+            if not holds_skeleton(tar.extractfile(slot).read().decode(errors="replace")):
                 raise PyconvError(f"the committed {slot} is not the course's skeleton (no '{SKELETON_MARK}...'): "
                                   "a handout must not carry a solution")
         dest.mkdir(parents=True, exist_ok=True)
