@@ -335,6 +335,8 @@ class Sweep(Record):
     warmup: int
     reps: int
     ranges: dict = field(default_factory=dict)
+    inputs: str = ""  # files before it was recorded: ""
+    timing: str = ""
     cudnn_source: str = ""
     rows: list[SweepRow] = field(default_factory=list, metadata=_conv(_list_of(SweepRow)))
     summary: list[SweepSummary] = field(default_factory=list, metadata=_conv(_list_of(SweepSummary)))

@@ -150,6 +150,11 @@ def run_sweep(g, chosen: list[Variant], roof: dict | None, batch: int, warmup: i
         sources = sources or "; ".join(layer[c]["source"] for c in ("cudnn", "cudnn_tf32")
                                        if layer.get(c, {}).get("source"))
         rows += rows_of(layer, precisions)
-    return {"seed": seed, "batch": batch, "warmup": warmup, "reps": reps,
+    resident = torch is not None and hasattr(g, "launch_on_device")
+    inputs = ("float32 drawn on the GPU (uniform in [0.05, 1], random sign), one x and k per shape shared by every "
+              "variant and cuDNN; y poisoned with NaN before each check" if resident else
+              "float32 (uniform in [0.05, 1], random sign), one x and k per shape shared by every variant and cuDNN")
+    return {"seed": seed, "batch": batch, "warmup": warmup, "reps": reps, "inputs": inputs,
+            "timing": "CUDA events around each launch, median",
             "ranges": {k: list(v) for k, v in RANGES.items()}, "cudnn_source": sources, "rows": rows,
             "summary": summarise(rows), "seconds": round(time.monotonic() - start, 1)}
