@@ -268,7 +268,8 @@ int choose_bc(long long M) {
 
 std::string conv_supports_gpu_implicit_gemm_tiled(const ConvShape& s) {
   const long long n = s.B * s.Ho() * s.Wo();
-  const long long blocks = (n + 255) / 256 * ((s.M + 63) / 64);  // the most blocks any configuration launches
+  const int bc = choose_bc(s.M), bp = bc == 64 ? 256 : bc == 8 ? 1024 : 512;  // as the launcher picks
+  const long long blocks = (n + bp - 1) / bp * ((s.M + bc - 1) / bc);
   if (s.C * s.H * s.W > INT_MAX || s.C * s.K * s.K > INT_MAX - 16 || s.M > INT_MAX / 2 || blocks > INT_MAX)
     return "gpu-implicit-gemm-tiled indexes one image (C*H*W), the C*K*K reduction, M and its blocks with 32-bit "
            "integers: C*H*W=" + std::to_string(s.C * s.H * s.W) + ", C*K*K=" + std::to_string(s.C * s.K * s.K) +
