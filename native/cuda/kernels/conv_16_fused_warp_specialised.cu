@@ -40,10 +40,10 @@
 //   (16 contiguous bytes per step: ~4% of the producer's scheduler).
 // - Persistent blocks, each with a contiguous range of the batch's images, so the last wave is no more than one
 //   image uneven. How many consumer warps a block has and how many blocks share an SM is one of the launch
-//   configurations below (PYCONV_STEP16_CONFIG): the first measurement (8 consumer warps, 1 block per SM, 165
-//   registers) ran at ~57% of the FFMA floor against the ~84% FFMA issue share above, so the configurations trade
-//   registers for warps per scheduler (latency hiding at the top of each kernel row and in the epilogue). No
-//   configuration spills (-Xptxas -v).
+//   configurations below (PYCONV_STEP16_CONFIG): the first measurement (configuration a: 8 consumer warps, 1
+//   block per SM, 165 registers, 2 consumer warps per scheduler) stayed well below the FFMA issue share above, so
+//   the others trade registers for warps per scheduler (latency hiding at the top of each kernel row and in the
+//   epilogue). No configuration spills (-Xptxas -v: 167 / 150 registers for MB = 6 / 5 in a and b, 106 for c).
 // - Any width W: slot rows have a pitch of whole float4s covering every column a tile reads (pitch = W when
 //   W % 4 == 0); where pitch > W (fa19: W = 70, pitch 72) the producer copies float rows one by one with 8- or
 //   4-byte cp.async pieces, and widens uint8 images row by row.
