@@ -3,7 +3,7 @@ at their edges: the course's first layers, odd conv outputs whose last row the p
 that do not divide evenly over blocks or image groups, tiny images (which fall back to the previous step), and
 the uint8 path the network takes for its first layer. Every registry variant with this epilogue is tested, so a
 new step is picked up here as in test_gpu_engine.py; the shapes below are the ones the specialised kernels take
-(C = 1, K = 5, M a multiple of 5 or 6, W % 4 == 0) and the ones they hand on."""
+(C = 1, K = 5, M a multiple of 5 or 6, any W) and the ones they hand on."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ SHAPES = [
     (5, 64, 64, 6),                                                           # sp18 conv1
     (37, 28, 28, 50), (1, 28, 28, 50),                                        # fa17 conv1
     (3, 70, 70, 12),                                                          # fa19 conv1 (W % 4 != 0)
+    (3, 30, 30, 6), (2, 21, 23, 12), (4, 17, 25, 5),                        # W % 4 != 0: padded slot rows
     (4, 13, 16, 6), (4, 14, 16, 6), (4, 15, 12, 12), (6, 16, 20, 10), (2, 21, 24, 30),
     (3, 8, 8, 6), (5, 9, 12, 5), (2, 12, 12, 60), (3, 6, 8, 6),              # tiny: 1-4 work items per image
     (2, 48, 48, 4), (2, 30, 31, 7),                                           # M not a multiple of 5 or 6, odd W
@@ -108,7 +109,7 @@ def first_layer_net(H: int, W: int, M: int, rng: np.random.Generator) -> Model:
 @requires_gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", fused_variants())
-@pytest.mark.parametrize("shape", [(48, 48, 6), (28, 28, 50), (64, 64, 6), (14, 16, 12)])
+@pytest.mark.parametrize("shape", [(48, 48, 6), (28, 28, 50), (64, 64, 6), (14, 16, 12), (70, 70, 12), (30, 30, 6)])
 def test_uint8_first_layer_in_the_network(name, shape):
     """The network runs its first layer from the uint8 images (launch_u8) when the variant has that path; its
     logits must match the float reference, and the float32 images must give the same logits within rounding."""

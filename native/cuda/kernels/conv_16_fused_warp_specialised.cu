@@ -38,11 +38,18 @@
 // - uint8 input (launch_u8, the network's first layer: 1 byte per pixel from DRAM): the producer copies the bytes
 //   into a raw ring with cp.async and widens each image once into a float slot of the same layout as float input
 //   (16 contiguous bytes per step: ~4% of the producer's scheduler).
-// - Persistent blocks, one per SM (8 consumer warps + 1 producer, up to 224 registers: no spills), each with a
-//   contiguous range of B / #SMs images, so the last wave is no more than one image uneven.
-// Specialised for C = 1, K = 5, M % 6 == 0 or M % 5 == 0, W % 4 == 0, 16-byte aligned input whose images are whole
-// 16-byte blocks, images of >= 5 work items. Every other shape runs step 15's launcher (which itself runs step
-// 10's for what it does not cover), so the variant supports exactly what step 15 supports.
+// - Persistent blocks, each with a contiguous range of the batch's images, so the last wave is no more than one
+//   image uneven. How many consumer warps a block has and how many blocks share an SM is one of the launch
+//   configurations below (PYCONV_STEP16_CONFIG): the first measurement (configuration a: 8 consumer warps, 1
+//   block per SM, 165 registers, 2 consumer warps per scheduler) stayed well below the FFMA issue share above, so
+//   the others trade registers for warps per scheduler (latency hiding at the top of each kernel row and in the
+//   epilogue). No configuration spills (-Xptxas -v: 167 / 150 registers for MB = 6 / 5 in a and b, 106 for c).
+// - Any width W: slot rows have a pitch of whole float4s covering every column a tile reads (pitch = W when
+//   W % 4 == 0); where pitch > W (fa19: W = 70, pitch 72) the producer copies float rows one by one with 8- or
+//   4-byte cp.async pieces, and widens uint8 images row by row.
+// Specialised for C = 1, K = 5, M % 6 == 0 or M % 5 == 0, 4-byte aligned input (uint8: images of whole 4-byte
+// words), images of >= 5 work items. Every other shape runs step 15's launcher (which itself runs step 10's for
+// what it does not cover), so the variant supports exactly what step 15 supports.
 // Predicted before measuring (H200, batch 10000, float32 input as `invoke bench` feeds it): sp19 conv1 + tanh +
 // pool ~0.105-0.12 ms (~84% FFMA issue x ~90-95% scheduling against the 0.089 ms FP32 floor: the 0.10 ms goal
 // needs ~89% overall, so it is likely just missed); fa17 ~0.27-0.30 ms (MB = 5: ~83% FFMA issue against the
@@ -51,6 +58,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
 #include <map>
 #include <mutex>
 #include <string>
@@ -67,8 +76,6 @@ namespace {
 constexpr int kK = 5;            // the one kernel size specialised here (sp18, sp19, fa17, fa19 conv1)
 constexpr int kTile = 4;         // conv outputs per item: kTile x kTile (2 x 2 pooled), per channel
 constexpr int kXR = 8;           // input columns a row load brings: kTile + kK - 1 = 8, two float4
-constexpr int kConsumerWarps = 8;
-constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
 constexpr int kSlots = 8;        // float image slots in the ring
 constexpr int kRawSlots = 4;     // uint8 landing slots (uint8 input only)
 constexpr float kTwoLog2e = 2.8853900817779268f;  // 2 * log2(e): tanh(x) = 1 - 2 / (1 + 2^(kTwoLog2e * x))
@@ -82,8 +89,12 @@ struct Params {
   int groups;           // channel groups (M / MB)
   int pitch;            // row pitch (floats) of a float slot
   int slot_floats;      // one float slot, pad rows included (multiple of 4)
-  int img_bytes;        // one raw image (H * W * element size), a multiple of 16
+  int img_bytes;        // one raw image (H * W * element size)
   int raw_stride;       // one raw slot (bytes, multiple of 16); uint8 input only
+  int piece;            // bytes per cp.async (16, 8 or 4): the largest that rows / images are made of
+  int by_rows;          // 1: the slot's rows are padded (pitch > W): float rows are copied one by one, uint8
+                        // bytes widened row by row; 0: an image is one contiguous run of 16-byte pieces
+  FastDiv row_pieces;   // pieces per image row (by_rows, float input)
   int w_floats;         // groups * K * KPAD
   int vec_store;        // 1: pooled pairs stored as float2 (Wp even, y 8-byte aligned)
   FastDiv per_img, tiles, tw;  // by groups * TH * TW, TH * TW, TW
@@ -117,6 +128,15 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {  // 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
 }
+// 16, 8 or 4 bytes (a warp-uniform choice): images or rows that are not whole 16-byte blocks.
+__device__ __forceinline__ void cp_async_piece(void* smem, const void* gmem, int bytes) {
+  if (bytes == 16)
+    cp_async16(smem, gmem);
+  else if (bytes == 8)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
@@ -129,21 +149,30 @@ __device__ __forceinline__ float tanh_from_scaled(float z) {
   return fmaf(-2.0f, r, 1.0f);
 }
 
-// The producer warp: copies the block's images, in order, into the float slots and signals full[slot].
-template <typename TIn>
+// The producer warp: copies the block's images, in order, into the float slots and signals full[slot]. Slots have
+// row pitch p.pitch >= W; past the image they stay zero.
+template <int NC, typename TIn>
 __device__ void produce(const TIn* __restrict__ x, long long img0, int nimg, float* slots, unsigned char* raw,
                         uint64_t* full, uint64_t* empty, const Params& p) {
   const int lane = threadIdx.x & 31;
   const unsigned char* src = reinterpret_cast<const unsigned char*>(x) + size_t(img0) * p.img_bytes;
-  const int n16 = p.img_bytes / 16;
+  const int npieces = p.img_bytes / p.piece;
   if constexpr (sizeof(TIn) == 4) {
-    // Float input is read in place: the copy lands in the slot as it is (pitch W).
+    // Float input is read in place: the copy lands in the slot as it is, whole (pitch W) or row by row.
+    const int row_bytes = p.W * 4, nrp = p.by_rows ? int(p.row_pieces.d) : 0;
     for (int j = 0; j < nimg; ++j) {
       const int s = j % kSlots;
       if (j >= kSlots) mbar_wait(&empty[s], unsigned((j / kSlots - 1) & 1));
       unsigned char* dst = reinterpret_cast<unsigned char*>(slots + size_t(s) * p.slot_floats);
       const unsigned char* img = src + size_t(j) * p.img_bytes;
-      for (int i = lane; i < n16; i += 32) cp_async16(dst + 16 * i, img + 16 * size_t(i));
+      if (!p.by_rows) {
+        for (int i = lane; i < npieces; i += 32) cp_async16(dst + 16 * i, img + 16 * size_t(i));
+      } else {
+        for (int i = lane; i < npieces; i += 32) {
+          const int r = int(p.row_pieces.div(uint32_t(i))), c = (i - r * nrp) * p.piece;
+          cp_async_piece(dst + size_t(r) * p.pitch * 4 + c, img + size_t(r) * row_bytes + c, p.piece);
+        }
+      }
       mbar_arrive_on_copies(&full[s]);
     }
   } else {
@@ -151,8 +180,9 @@ __device__ void produce(const TIn* __restrict__ x, long long img0, int nimg, flo
     // into the float slot; each lane arrives on full after its own stores.
     for (int j = 0; j < kRawSlots; ++j) {
       if (j < nimg)
-        for (int i = lane; i < n16; i += 32)
-          cp_async16(raw + size_t(j) * p.raw_stride + 16 * i, src + size_t(j) * p.img_bytes + 16 * size_t(i));
+        for (int i = lane; i < npieces; i += 32)
+          cp_async_piece(raw + size_t(j) * p.raw_stride + p.piece * i,
+                         src + size_t(j) * p.img_bytes + p.piece * size_t(i), p.piece);
       cp_async_commit();
     }
     for (int j = 0; j < nimg; ++j) {
@@ -160,31 +190,45 @@ __device__ void produce(const TIn* __restrict__ x, long long img0, int nimg, flo
       cp_async_wait<kRawSlots - 1>();  // this lane's copies of image j have landed ...
       __syncwarp();                    // ... and every lane's
       if (j >= kSlots) mbar_wait(&empty[s], unsigned((j / kSlots - 1) & 1));
-      // The float slot has the float input's layout (pitch W), so byte i becomes float i: 16 bytes per step.
-      const uint4* rb = reinterpret_cast<const uint4*>(raw + size_t(rs) * p.raw_stride);
-      float4* dst = reinterpret_cast<float4*>(slots + size_t(s) * p.slot_floats);
-      for (int i = lane; i < n16; i += 32) {
-        const uint4 u = rb[i];
-        const unsigned wd[4] = {u.x, u.y, u.z, u.w};
+      const unsigned char* rb8 = raw + size_t(rs) * p.raw_stride;
+      float* fs = slots + size_t(s) * p.slot_floats;
+      if (!p.by_rows) {
+        // Pitch W: byte i becomes float i, 16 bytes per step, then the last (img_bytes % 16) / 4 words.
+        const uint4* rb = reinterpret_cast<const uint4*>(rb8);
+        float4* dst = reinterpret_cast<float4*>(fs);
+        const int n16 = p.img_bytes / 16;
+        for (int i = lane; i < n16; i += 32) {
+          const uint4 u = rb[i];
+          const unsigned wd[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          dst[4 * i + e] = make_float4(float(wd[e] & 0xffu), float((wd[e] >> 8) & 0xffu),
-                                       float((wd[e] >> 16) & 0xffu), float(wd[e] >> 24));
+          for (int e = 0; e < 4; ++e)
+            dst[4 * i + e] = make_float4(float(wd[e] & 0xffu), float((wd[e] >> 8) & 0xffu),
+                                         float((wd[e] >> 16) & 0xffu), float(wd[e] >> 24));
+        }
+        for (int i = 4 * n16 + lane; i < p.img_bytes / 4; i += 32) {
+          const unsigned wd = reinterpret_cast<const unsigned*>(rb8)[i];
+          dst[i] = make_float4(float(wd & 0xffu), float((wd >> 8) & 0xffu), float((wd >> 16) & 0xffu),
+                               float(wd >> 24));
+        }
+      } else {
+        // Padded rows (W % 4 != 0): one byte per lane and step, row by row.
+        for (int r = 0; r < p.H; ++r)
+          for (int c = lane; c < p.W; c += 32) fs[r * p.pitch + c] = float(rb8[r * p.W + c]);
       }
       mbar_arrive(&full[s]);
       __syncwarp();  // every lane is done reading raw slot rs before it is refilled
       if (j + kRawSlots < nimg)
-        for (int i = lane; i < n16; i += 32)
-          cp_async16(raw + size_t(rs) * p.raw_stride + 16 * i,
-                     src + size_t(j + kRawSlots) * p.img_bytes + 16 * size_t(i));
+        for (int i = lane; i < npieces; i += 32)
+          cp_async_piece(raw + size_t(rs) * p.raw_stride + p.piece * i,
+                         src + size_t(j + kRawSlots) * p.img_bytes + p.piece * size_t(i), p.piece);
       cp_async_commit();
     }
     cp_async_wait<0>();
   }
 }
 
-template <int MB, typename TIn>
-__global__ void __launch_bounds__(kThreads, 1)
+template <int MB, int NC, int MINB, typename TIn>
+__global__ void __launch_bounds__((NC + 1) * 32, MINB)
     conv16_kernel(const TIn* __restrict__ x, const float* __restrict__ k, float* __restrict__ y, Params p) {
   constexpr int KPAD = round_up(kK * MB, 4);  // weights of one kernel row, [q][m], padded to whole float4s
   extern __shared__ float4 smem4[];
@@ -194,6 +238,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* s_w = reinterpret_cast<float*>(empty + kSlots + 2);  // [groups][kK][KPAD], scaled by 2*log2(e)
   float* slots = s_w + p.w_floats;                         // kSlots x slot_floats (16-byte aligned: see host)
   unsigned char* raw = reinterpret_cast<unsigned char*>(slots + size_t(kSlots) * p.slot_floats);
+  constexpr int kThreads = (NC + 1) * 32;  // NC consumer warps + the producer warp
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 
   // This block's images: a contiguous range, sizes differing by at most one between blocks.
@@ -204,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     *next_chunk = 0;
     for (int s = 0; s < kSlots; ++s) {
       mbar_init(&full[s], 32);                          // one arrival per producer lane
-      mbar_init(&empty[s], kConsumerWarps * 32);        // one arrival per consumer lane
+      mbar_init(&empty[s], NC * 32);                    // one arrival per consumer lane
     }
   }
   for (int i = tid; i < p.w_floats; i += kThreads) {
@@ -218,8 +263,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();  // the only block-wide barrier: roles split below
   if (nimg <= 0) return;
 
-  if (warp == kConsumerWarps) {
-    produce(x, img0, nimg, slots, raw, full, empty, p);
+  if (warp == NC) {
+    produce<NC>(x, img0, nimg, slots, raw, full, empty, p);
     return;
   }
 
@@ -335,36 +380,80 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// Launch configurations, chosen once per process by PYCONV_STEP16_CONFIG (default kDefaultConfig):
+//   a: 8 consumer warps + the producer, one block per SM, MB = 6 (M % 6 == 0) or 5 (M % 5 == 0);
+//   b: 11 consumer warps + the producer (12 warps: <= 168 registers, registers being allocated to blocks in
+//      groups of 4 warps), MB = 6 or 5: ~3 consumer warps per scheduler instead of 2, to hide the LDS latency at
+//      the top of each kernel row and the epilogue;
+//   c: 7 consumer warps + the producer, two blocks per SM (16 warps, <= 128 registers: a ring each), MB = 3
+//      when M % 3 == 0 (else b's kernels: MB = 5 spills at 128 registers).
+struct Config {
+  char name;
+  int consumers, min_blocks;
+  bool mb3;
+};
+constexpr Config kConfigs[] = {{'a', 8, 1, false}, {'b', 11, 1, false}, {'c', 7, 2, true}};
+constexpr char kDefaultConfig = 'b';
+
+const Config& step16_config() {
+  static const Config* cfg = nullptr;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!cfg) {
+    const char* e = std::getenv("PYCONV_STEP16_CONFIG");
+    const std::string want = e && *e ? e : std::string(1, kDefaultConfig);
+    for (const Config& c : kConfigs)
+      if (want == std::string(1, c.name)) cfg = &c;
+    if (!cfg) throw std::invalid_argument("PYCONV_STEP16_CONFIG must be a, b or c, not '" + want + "'");
+  }
+  return *cfg;
+}
+
 struct Plan {
   Params p{};
-  int mb = 0;
-  unsigned blocks = 0;
+  const void* kernel = nullptr;
+  unsigned blocks = 0, threads = 0;
   size_t smem = 0;
 };
 
-int pick_mb(long long M) { return M % 6 == 0 ? 6 : M % 5 == 0 ? 5 : 0; }
+int pick_mb(long long M, bool mb3) {
+  if (mb3) return M % 3 == 0 ? 3 : M % 5 == 0 ? 5 : 0;
+  return M % 6 == 0 ? 6 : M % 5 == 0 ? 5 : 0;
+}
 
 template <typename TIn>
-const void* kernel_for(int mb) {
-  return mb == 6 ? reinterpret_cast<const void*>(conv16_kernel<6, TIn>)
-                 : reinterpret_cast<const void*>(conv16_kernel<5, TIn>);
+const void* kernel_for(const Config& c, int mb) {
+  const bool six = mb == 6;
+  switch (c.name) {
+    case 'a': return six ? reinterpret_cast<const void*>(conv16_kernel<6, 8, 1, TIn>)
+                         : reinterpret_cast<const void*>(conv16_kernel<5, 8, 1, TIn>);
+    case 'b': return six ? reinterpret_cast<const void*>(conv16_kernel<6, 11, 1, TIn>)
+                         : reinterpret_cast<const void*>(conv16_kernel<5, 11, 1, TIn>);
+    default: return mb == 3 ? reinterpret_cast<const void*>(conv16_kernel<3, 7, 2, TIn>)
+                            : reinterpret_cast<const void*>(conv16_kernel<5, 11, 1, TIn>);
+  }
+}
+
+int largest_piece(size_t bytes, uintptr_t addr) {
+  for (int b : {16, 8, 4})
+    if (bytes % b == 0 && addr % b == 0) return b;
+  return 0;
 }
 
 // Why this step has no kernel for the shape ("" when it has one), and the plan when it has.
 template <typename TIn>
 std::string make_plan(const TIn* x, const float* y, const ConvShape& s, Plan& out) {
   const size_t elt = sizeof(TIn);
+  const Config& cfg = step16_config();
   if (s.C != 1) return "more than one input channel";
   if (s.K != kK) return "K is not 5";
-  const int mb = pick_mb(s.M);
+  const int mb = pick_mb(s.M, cfg.mb3);
   if (mb == 0) return "M is not a multiple of 6 or 5";
   if (s.M > 4096) return "too many output channels";
   if (s.Ho() < 2 || s.Wo() < 2) return "the output is under 2x2";
   if (s.H > 4096 || s.W > 4096) return "an image is too large";
   const size_t img_bytes = size_t(s.H) * s.W * elt;
-  if (img_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0)
-    return "images are not whole 16-byte blocks";
-  if (s.W % 4 != 0) return "rows are not whole float4s (W % 4 != 0)";
+  const uintptr_t xa = reinterpret_cast<uintptr_t>(x);
 
   Params& p = out.p;
   p.B = s.B; p.H = int(s.H); p.W = int(s.W); p.M = int(s.M);
@@ -372,14 +461,25 @@ std::string make_plan(const TIn* x, const float* y, const ConvShape& s, Plan& ou
   p.TH = (p.Hp + 1) / 2; p.TW = (p.Wp + 1) / 2;
   p.groups = int(s.M / mb);
   // A tile reads rows 4*ti .. 4*ti + 7 and columns 4*tj .. 4*tj + 7 (outputs past the image are dropped by the
-  // pooling; their reads must stay inside the slot, which is zero past the image).
+  // pooling; their reads must stay inside the slot, which is zero past the image). Rows are padded to a whole
+  // number of float4s covering every column a tile reads: pitch = W when W % 4 == 0 (then 4*TW + 4 = W), else
+  // the copy (float) or the widening (uint8) lays the image out row by row.
   const int rows_read = kTile * p.TH + kK - 1;
-  // Both element sizes use the float layout (pitch W: uint8 is widened byte i -> float i); columns past W read
-  // the next row (dropped outputs), so one row more than the tiles read.
-  p.pitch = p.W;
+  p.pitch = round_up(std::max(p.W, kTile * p.TW + kK - 1), 4);
   p.slot_floats = round_up((std::max(p.H, rows_read) + 1) * p.pitch, 4);
   p.img_bytes = int(img_bytes);
-  p.raw_stride = elt == 1 ? round_up(p.img_bytes, 16) : 0;
+  if (elt == 4) {
+    p.by_rows = p.pitch != p.W || xa % 16 != 0;
+    p.piece = p.by_rows ? largest_piece(size_t(p.W) * 4, xa) : 16;
+    if (p.piece == 0) return "the input is not 4-byte aligned";
+    p.row_pieces = FastDiv(uint32_t(p.W * 4 / p.piece));
+    p.raw_stride = 0;
+  } else {
+    p.by_rows = p.pitch != p.W;
+    p.piece = largest_piece(img_bytes, xa);
+    if (p.piece == 0) return "uint8 images are not whole 4-byte words";
+    p.raw_stride = round_up(p.img_bytes, 16);
+  }
   const int kpad = round_up(kK * mb, 4);
   p.w_floats = round_up(p.groups * kK * kpad, 4);
   const size_t smem = (2 * kSlots + 2) * sizeof(uint64_t) + size_t(p.w_floats) * 4 + size_t(kSlots) * p.slot_floats * 4 +
@@ -390,15 +490,9 @@ std::string make_plan(const TIn* x, const float* y, const ConvShape& s, Plan& ou
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   if (smem > size_t(optin)) return "the image ring does not fit in shared memory";
-  const long long blocks = std::min<long long>(s.B, sms);
-  const long long per_block = (s.B + blocks - 1) / blocks;
-  const long long ipi = (long long)p.groups * p.TH * p.TW;
-  if (per_block * ipi + 32 >= (1LL << 31)) return "too many work items per block";
-  // A chunk of 32 items spans up to 1 + ceil(31 / ipi) images, all resident at once: more than the ring holds
-  // would deadlock (the slowest warp could never get its images).
-  if (1 + (31 + ipi - 1) / ipi > kSlots) return "images too small for the ring (under 5 work items each)";
-
-  const void* kernel = kernel_for<TIn>(mb);
+  const void* kernel = kernel_for<TIn>(cfg, mb);
+  const bool c_as_b = cfg.name == 'c' && mb != 3;
+  const int threads = ((c_as_b ? 11 : cfg.consumers) + 1) * 32;
   static std::mutex mu;
   static std::map<std::tuple<const void*, int>, bool> configured;
   {
@@ -409,12 +503,25 @@ std::string make_plan(const TIn* x, const float* y, const ConvShape& s, Plan& ou
       done = true;
     }
   }
+  // Persistent blocks: as many as are resident at once (config c: two per SM where both rings fit).
+  int per_sm = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  if (per_sm < 1) return "the block does not fit on an SM";
+  const long long blocks = std::min<long long>(s.B, (long long)sms * std::min(per_sm, c_as_b ? 1 : cfg.min_blocks));
+  const long long per_block = (s.B + blocks - 1) / blocks;
+  const long long ipi = (long long)p.groups * p.TH * p.TW;
+  if (per_block * ipi + 32 >= (1LL << 31)) return "too many work items per block";
+  // A chunk of 32 items spans up to 1 + ceil(31 / ipi) images, all resident at once: more than the ring holds
+  // would deadlock (the slowest warp could never get its images).
+  if (1 + (31 + ipi - 1) / ipi > kSlots) return "images too small for the ring (under 5 work items each)";
+
   p.per_img = FastDiv(uint32_t(ipi));
   p.tiles = FastDiv(uint32_t(p.TH * p.TW));
   p.tw = FastDiv(uint32_t(p.TW));
   p.vec_store = p.Wp % 2 == 0 && reinterpret_cast<uintptr_t>(y) % 8 == 0;
-  out.mb = mb;
+  out.kernel = kernel;
   out.blocks = unsigned(blocks);
+  out.threads = unsigned(threads);
   out.smem = smem;
   return "";
 }
@@ -429,10 +536,8 @@ void launch(const TIn* x, const float* k, float* y, const ConvShape& s, cudaStre
       conv_fwd_gpu_fused_pipelined(x, k, y, s, st);
     return;
   }
-  if (plan.mb == 6)
-    conv16_kernel<6, TIn><<<plan.blocks, kThreads, plan.smem, st>>>(x, k, y, plan.p);
-  else
-    conv16_kernel<5, TIn><<<plan.blocks, kThreads, plan.smem, st>>>(x, k, y, plan.p);
+  void* args[] = {&x, &k, &y, &plan.p};
+  CUDA_CHECK(cudaLaunchKernel(plan.kernel, dim3(plan.blocks), dim3(plan.threads), args, plan.smem, st));
   CUDA_CHECK_LAUNCH();
 }
 
