@@ -41,9 +41,9 @@ def _nvbench_doc(tmp_path, samples_s, freqs_hz):
         _summary("nv/cold/sm_clock_rate/mean", 1.98e9),
         _summary("nv/batch/time/gpu/mean", 0.0009),
         _summary("nv/batch/sample_size", 600, "int64"),
-        {"tag": "nv/cold/sample_times", "data": [{"name": "filename", "type": "string", "value": str(times)},
+        {"tag": nvbench.SAMPLE_TIMES, "data": [{"name": "filename", "type": "string", "value": str(times)},
                                                   {"name": "size", "type": "int64", "value": str(len(samples_s))}]},
-        {"tag": "nv/cold/sample_freqs", "data": [{"name": "filename", "type": "string", "value": str(freqs)},
+        {"tag": nvbench.SAMPLE_FREQS, "data": [{"name": "filename", "type": "string", "value": str(freqs)},
                                                   {"name": "size", "type": "int64", "value": str(len(freqs_hz))}]},
     ]}
     skipped = {"name": "Device=0", "is_skipped": True, "skip_reason": "ValueError: unsupported"}
@@ -213,6 +213,8 @@ def test_nvbench_times_every_variant_and_cudnn(tmp_path):
         timed = [v for v in layer.variants if v.ms is not None]
         assert timed and all(v.ms.method == "nvbench" and v.ms.noise_pct is not None and v.ms.warm_ms > 0
                              and v.ms.sm_clock_mhz > 0 for v in timed)
+        # the median, min and p90 are of the cold samples NVBench wrote (not its mean standing in for them)
+        assert all(v.ms.p90 is not None and not v.ms.median_is_mean for v in timed)
         if r.torch is not None:
             assert layer.cudnn.conv_ms is not None and layer.cudnn.conv_ms.method == "nvbench"
     with pytest.raises(subprocess.CalledProcessError):  # the file exists: a second run to it is refused

@@ -75,6 +75,11 @@ def settings() -> dict:
             "warm": "NVBench batch: back-to-back launches, mean per launch"}
 
 
+# The summaries that name --jsonbin's per-sample files (NVBench's JSON printer; its own scripts read these tags).
+SAMPLE_TIMES = "nv/json/bin:nv/cold/sample_times"
+SAMPLE_FREQS = "nv/json/freqs-bin:nv/cold/sample_freqs"
+
+
 def _summaries(state: dict) -> dict[str, dict]:
     out = {}
     for s in state.get("summaries") or []:
@@ -111,12 +116,13 @@ def state_stats(state: dict, folder: Path) -> dict:
     if mean_s is None:
         return {"error": "NVBench recorded no cold GPU time"}
     out: dict = {"mean": mean_s * 1e3, "method": "nvbench"}
-    times = _samples(summ, "nv/cold/sample_times", folder)
+    times = _samples(summ, SAMPLE_TIMES, folder)
     if times is not None and times.size:
         ms = times.astype(np.float64) * 1e3
         out.update({"median": float(np.median(ms)), "min": float(ms.min()), "p90": float(np.percentile(ms, 90))})
-    else:
-        out.update({"median": mean_s * 1e3, "min": _scaled(summ, "nv/cold/time/gpu/min")})
+    else:  # no per-sample file: the median is NVBench's mean, and the record says so
+        out.update({"median": mean_s * 1e3, "min": _scaled(summ, "nv/cold/time/gpu/min"),
+                    "median_is_mean": True})
     out["reps"] = _value(summ, "nv/cold/sample_size", int)
     noise = _value(summ, "nv/cold/time/gpu/stdev/relative")
     out["noise_pct"] = None if noise is None else noise * 100.0
@@ -124,7 +130,7 @@ def state_stats(state: dict, folder: Path) -> dict:
     out["warm_reps"] = _value(summ, "nv/batch/sample_size", int)
     clock = _value(summ, "nv/cold/sm_clock_rate/mean")
     out["sm_clock_mhz"] = None if clock is None else clock / 1e6
-    freqs = _samples(summ, "nv/cold/sample_freqs", folder)
+    freqs = _samples(summ, SAMPLE_FREQS, folder)
     if freqs is not None and freqs.size:
         out["sm_clock_mhz_min"] = float(freqs.min()) / 1e6
     return out

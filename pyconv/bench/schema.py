@@ -77,6 +77,9 @@ class Stats(Record):
     warm_reps: int | None = None
     sm_clock_mhz: float | None = None
     sm_clock_mhz_min: float | None = None
+    # True where NVBench's per-sample file was not read and `median` holds its mean (the files of 2026-11-23,
+    # written before the sample files' summary tags were read right, are such: their rows have no p90)
+    median_is_mean: bool = False
 
 
 @dataclass(frozen=True)

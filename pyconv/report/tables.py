@@ -163,6 +163,11 @@ def header_lines(result: BenchResult) -> list[str]:
                      f"(or {timing.get('timeout_s')} s), "
                      f"throttled samples (SM clock < {num(100 * timing.get('throttle_threshold', 0))} % of default) "
                      "dropped")
+        # files written before the per-sample files were read carry no flag: their NVBench rows have no p90
+        if any(v.ms is not None and (v.ms.median_is_mean or (v.ms.method == "nvbench" and v.ms.p90 is None))
+               for layer in result.layers for v in layer.variants):
+            lines.append("  (this file's rows have no per-sample data: their ms is NVBench's mean of the cold samples, "
+                         "min its minimum, no p90)")
     elif result.layers:
         lines.append("GPU op times: CUDA events around each launch (warm: L2 not flushed), noise = relative std dev"
                      + (f" (NVBench unavailable: {timing['why']})" if timing.get("why") else ""))
