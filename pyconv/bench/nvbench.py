@@ -56,9 +56,14 @@ _ran = False  # NVBench's Python API runs its benchmarks once per process; a sec
 
 
 def available() -> tuple[bool, str]:
-    """(True, version) when NVBench can run here, else (False, why not)."""
+    """(True, version) when NVBench can run in this process, else (False, why not)."""
     if _ran:
         return False, "NVBench already ran in this process (its Python API runs once per process)"
+    return loadable()
+
+
+def loadable() -> tuple[bool, str]:
+    """(True, version) when cuda-bench imports and starts here (a fresh process can run it), else (False, why)."""
     try:
         bench = _module()
     except ImportError as e:
