@@ -222,8 +222,8 @@ def test_cpu_and_end_to_end_goals():
                       "correctness": 0.8397},
            "pytorch": {"pinned_ms": {"median": 7.0}, "pageable_ms": {"median": 8.0}, "correctness": 0.8398},
            "x_pytorch": {"pinned_ms": 5.0, "pageable_ms": 4.0}}
-    result = {"parts": ["cpu", "end_to_end"], "cpu": [cpu_row(goals.SP19_CONV1, 0.035), cpu_row(goals.SP19_CONV2, 0.09)],
-              "end_to_end": [e2e]}
+    result = {"parts": ["cpu", "end_to_end"],
+              "cpu": [cpu_row(goals.SP19_CONV1, 0.035), cpu_row(goals.SP19_CONV2, 0.09)], "end_to_end": [e2e]}
     g = _by_name(goals.check_goals(result, "cpu-fast"))
     assert g["cpu-fast sp19 conv1 (batch 10000)"]["met"] is True
     assert g["cpu-fast sp19 conv2 (batch 10000)"]["met"] is False

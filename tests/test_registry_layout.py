@@ -235,13 +235,12 @@ def test_a_new_cpu_variant_file_is_registered_and_runs(tree):
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "cpu-throwaway: K <= 5 only"
     ys = np.load(out)
-    y = ys[-1]
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (2, 3, 9, 11)).astype(np.float32)
     k = rng.uniform(-1, 1, (4, 3, 3, 3)).astype(np.float32)
     from pyconv.core import reference
 
-    for name, got in zip(names, ys):  # the throwaway and every variant of the copy's ladder
+    for name, got in zip(names, ys, strict=True):  # the throwaway and every variant of the copy's ladder
         np.testing.assert_allclose(got, reference.conv2d(x, k), rtol=1e-5, atol=1e-5, err_msg=name)
 
     # Milestone 2 takes it with --impl (its role), and its default stays the ladder's (cpu-fast); a copy without

@@ -107,6 +107,17 @@ def cudnn_jobs(torch, site: dict, rng: np.random.Generator, out: dict, prefix: s
     return [job(key) for key in keys]
 
 
+def _row(v: Variant, fused_site: bool, shape) -> dict:
+    """A variant's row of a layer, with why it is `skipped` where it cannot run the layer."""
+    row = {"variant": v.name, "step": v.step, "summary": v.summary, "epilogue": v.epilogue,
+           "precision": v.precision, "x_on_host": v.x_on_host}
+    if v.pools and not fused_site:
+        row["skipped"] = "the layer is not followed by tanh + max-pool 2/2"
+    elif why := v.why_unsupported(tuple(shape)):
+        row["skipped"] = f"unsupported: {why}"
+    return row
+
+
 def bench_gpu_layer(g, site: dict, variants: list[Variant], roof: dict | None, rng: np.random.Generator,
                     warmup: int, reps: int, torch=None, jobs: list[Job] | None = None, *, shared_inputs: bool = False,
                     cudnn_tf32: bool = False) -> dict:
@@ -139,15 +150,9 @@ def bench_gpu_layer(g, site: dict, variants: list[Variant], roof: dict | None, r
     for v in variants:
         name = v.name
         pooled = v.pools
-        row = {"variant": name, "step": v.step, "summary": v.summary, "epilogue": v.epilogue,
-               "precision": v.precision, "x_on_host": v.x_on_host}
+        row = _row(v, fused_site, (B, C, H, W, M, K))
         rows.append(row)
-        if pooled and not fused_site:
-            row["skipped"] = "the layer is not followed by tanh + max-pool 2/2"
-            continue
-        why = v.why_unsupported((B, C, H, W, M, K))
-        if why:
-            row["skipped"] = f"unsupported: {why}"
+        if "skipped" in row:
             continue
         if shared is not None:
             x, k = shared
@@ -310,18 +315,11 @@ def bench_gpu_layer_resident(g, site: dict, variants: list[Variant], rng: np.ran
 
     rows = []
     for v in variants:
-        row = {"variant": v.name, "step": v.step, "summary": v.summary, "epilogue": v.epilogue,
-               "precision": v.precision, "x_on_host": v.x_on_host}
+        row = _row(v, fused_site, (B, C, H, W, M, K))
         rows.append(row)
-        if v.pools and not fused_site:
-            row["skipped"] = "the layer is not followed by tanh + max-pool 2/2"
-            continue
-        why = v.why_unsupported((B, C, H, W, M, K))
-        if why:
-            row["skipped"] = f"unsupported: {why}"
-            continue
-        if v.x_on_host:
+        if "skipped" not in row and v.x_on_host:
             row["skipped"] = "reads x from host memory: not run on device-resident inputs"
+        if "skipped" in row:
             continue
         try:
             out_shape = pooled_shape if v.pools else (B, M, Ho, Wo)
@@ -344,7 +342,7 @@ def bench_gpu_layer_resident(g, site: dict, variants: list[Variant], rng: np.ran
         except (ValueError, RuntimeError) as e:  # pyconv._gpu.CudaError is a RuntimeError
             row["error"] = f"{type(e).__name__}: {e}"
     layer["variants"] = rows
-    del y, tmp
+    y = tmp = None  # the outputs' memory goes back before cuDNN runs (the launchers are not called again)
     torch.cuda.empty_cache()
     for key, tf32 in (("cudnn", False), *((("cudnn_tf32", True),) if cudnn_tf32 else ())):
         try:
@@ -352,7 +350,7 @@ def bench_gpu_layer_resident(g, site: dict, variants: list[Variant], rng: np.ran
         except RuntimeError as e:
             layer[key] = {"error": f"{type(e).__name__}: {e}"}
         torch.cuda.empty_cache()
-    del x, k
+    x = k = None
     torch.cuda.empty_cache()
     finish_layer(layer)
     return layer

@@ -81,8 +81,9 @@ def cuda_version(v: int) -> str:
 
 
 def default_out(result: dict) -> Path:
-    """results/bench-<gpu-slug>-<date>.json (with -sweep after the date for a run with --sweep), or results/bench-cpu-<cpu-slug>-<date>.json without a GPU; when that
-    file exists (an earlier run the same day), the first free name with -2, -3, ... before .json."""
+    """results/bench-<gpu-slug>-<date>.json (with -sweep after the date for a run with --sweep), or
+    results/bench-cpu-<cpu-slug>-<date>.json without a GPU; when that file exists (an earlier run the same day), the
+    first free name with -2, -3, ... before .json."""
     day = result["date"][:10]
     if result.get("gpu"):
         sweep = "-sweep" if "sweep" in result.get("parts", []) else ""
