@@ -282,7 +282,8 @@ def sanitize(c, tools=None, variants=None, milestone="3", model=None, batch="64"
 
 @task(help={"model": "model(s) whose conv layers to benchmark, comma-separated; an architecture name (fa17, sp18, "
                      "fa18, sp19, fa19) works too (default ece408; for --end-to-end: every shipped model)",
-            "batch": "images per layer, 1..10000 (default 10000; cpu-naive then runs 1000 unless --batch is given)",
+            "batch": "images per layer, 1..10000 (default 10000; a single-thread CPU variant such as cpu-naive then "
+                     "runs 1000 unless --batch is given)",
             "reps": "timed runs per measurement (default 20 on the GPU, 5 on the CPU)",
             "warmup": "untimed runs before the timed ones (default 5; the CPU does one)",
             "cpu": "benchmark the CPU variants against PyTorch on the CPU",

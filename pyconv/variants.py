@@ -54,6 +54,7 @@ class Variant:
     rtol: float = DEFAULT_RTOL
     x_on_host: bool = False  # reads x from host memory (the network keeps activations on the device)
     reads_u8: bool = False
+    single_thread: bool = False  # a CPU variant that runs on one thread whatever OpenMP offers
     tunable: bool = False  # has several tile configurations, each a kernel of its own (sanitize runs each)
     roles: Mapping[str, Role] = field(default_factory=dict)
     unsupported: Callable[[Shape], str] | None = field(default=None, compare=False, repr=False)
@@ -116,6 +117,7 @@ def from_dict(d: Mapping, unsupported: Callable[[Shape], str] | None = None) -> 
     return Variant(name=name, step=int(_need(d, "step", int, where)), summary=str(d.get("summary", "")),
                    device=device, epilogue=epilogue, precision=precision, rtol=rtol,
                    x_on_host=bool(d.get("x_on_host", False)), reads_u8=bool(d.get("reads_u8", False)),
+                   single_thread=bool(d.get("single_thread", False)),
                    tunable=bool(d.get("tunable", False)), roles=roles, unsupported=unsupported)
 
 

@@ -357,8 +357,21 @@ def test_naive_batch_is_reduced_only_without_batch(tmp_path, rng):
     path = save_model(model, tmp_path / "tiny.h5")
     result, _ = bench.run(model=str(path), reps=1, cpu=True, out=str(tmp_path / "b.json"), variants="cpu-naive",
                           echo=lambda _s: None)
-    assert result["settings"]["batch"] == 10000 and result["settings"]["cpu_naive_batch"] == cpu_layers.NAIVE_BATCH
-    assert {r["B"] for r in result["cpu"] if r["variant"] == "cpu-naive"} == {cpu_layers.NAIVE_BATCH}
+    small = cpu_layers.SINGLE_THREAD_BATCH
+    assert result["settings"]["batch"] == 10000 and result["settings"]["cpu_naive_batch"] == small
+    assert {r["B"] for r in result["cpu"] if r["variant"] == "cpu-naive"} == {small}
+    assert {r["threads"] for r in result["cpu"] if r["variant"] == "cpu-naive"} == {1}
+
+
+def test_the_single_thread_batch_follows_the_descriptor_not_the_name():
+    naive = variants.from_dict({"name": "cpu-anything", "step": 5, "summary": "", "epilogue": "none",
+                                "precision": "fp32", "rtol": 0.0, "device": "cpu", "single_thread": True,
+                                "roles": {"m2": {"role": "on-request", "reason": "test"}}})
+    fast = variants.from_dict({"name": "cpu-naive", "step": 6, "summary": "", "epilogue": "none",
+                               "precision": "fp32", "rtol": 0.0, "device": "cpu",
+                               "roles": {"m2": {"role": "on-request", "reason": "test"}}})
+    rule = cpu_layers.batch_rule(10000, 1000)
+    assert rule(naive) == 1000 and rule(fast) == 10000
 
 
 def test_bad_arguments():

@@ -32,12 +32,16 @@ PYBIND11_MODULE(_cpu, m) {
       [] {
         py::list out;
         for (const auto& v : cpu_conv_variants())
-          out.append(variant_dict(v.name, v.step, v.summary, Epilogue::None, v.precision, v.rtol, false, false, "cpu",
-                                  {{"m2", v.roles.m2}}));
+        {
+          py::dict d = variant_dict(v.name, v.step, v.summary, Epilogue::None, v.precision, v.rtol, false, false,
+                                    "cpu", {{"m2", v.roles.m2}});
+          d["single_thread"] = v.single_thread;
+          out.append(d);
+        }
         return out;
       },
       "The registry in step order: one dict per CPU variant with name, step, summary, epilogue, precision, rtol,\n"
-      "x_on_host, reads_u8, device ('cpu') and roles {m2, m3, m4, final: {role, reason}}.");
+      "x_on_host, reads_u8, device ('cpu'), single_thread and roles {m2, m3, m4, final: {role, reason}}.");
 
   m.def(
       "why_unsupported",

@@ -14,15 +14,13 @@ from .roofline import conv_flops
 from .sites import _dims
 from .timing import stats
 
-# The course's seven-loop version runs on one thread and is hundreds of times slower than the others: the bench
-# gives it a smaller batch when --batch is not given, and records its one thread. Its descriptor has no field
-# that says so; until one exists, this name is the one the bench treats apart.
-NAIVE = "cpu-naive"
-NAIVE_BATCH = 1000
+# A variant whose descriptor says single_thread (the course's seven loops) is hundreds of times slower than the
+# others: the bench gives it a smaller batch when --batch is not given, and records its one thread.
+SINGLE_THREAD_BATCH = 1000
 
 
-def batch_rule(batch: int, naive_batch: int) -> Callable[[str], int]:
-    return lambda name: naive_batch if name == NAIVE else batch
+def batch_rule(batch: int, single_thread_batch: int) -> Callable[[Variant], int]:
+    return lambda v: single_thread_batch if v.single_thread else batch
 
 
 def torch_cpu():
@@ -33,21 +31,21 @@ def torch_cpu():
     return torch
 
 
-def bench_cpu_layer(site: dict, variants: list[Variant], batch_for: Callable[[str], int], rng: np.random.Generator,
-                    reps: int, torch=None) -> list[dict]:
-    """Each CPU variant on one layer (batch_for(name) images), then PyTorch CPU conv2d at the full batch."""
+def bench_cpu_layer(site: dict, variants: list[Variant], batch_for: Callable[[Variant], int],
+                    rng: np.random.Generator, reps: int, torch=None) -> list[dict]:
+    """Each CPU variant on one layer (batch_for(variant) images), then PyTorch CPU conv2d at the full batch."""
     _cpu = native.cpu()
     _, C, H, W, M, K = _dims(site)
     threads = int(_cpu.max_threads())
     rows = []
     for v in variants:
         name = v.name
-        B = batch_for(name)
+        B = batch_for(v)
         x = verify.random_nonzero(rng, (B, C, H, W))
         k = verify.random_nonzero(rng, (M, C, K, K))
         out = np.full((B, M, H - K + 1, W - K + 1), np.nan, np.float32)  # poisoned: unwritten outputs fail the check
         row = {"layer": site["layer"], "model": site["model"], "C": C, "H": H, "W": W, "M": M, "K": K, "B": B,
-               "variant": name, "threads": 1 if name == NAIVE else threads,
+               "variant": name, "threads": 1 if v.single_thread else threads,
                "flops": conv_flops(B, C, H, W, M, K)}
         rows.append(row)
         try:

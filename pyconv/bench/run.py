@@ -255,7 +255,7 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
         c = native.cpu()
         cpu_reps = _check_count(reps if reps is not None else CPU_REPS, "--reps", 1)
         chosen_cpu = [v for v in cpu_all if v.name in cpu_names]
-        naive_batch = batch if batch_given else min(batch, cpu_layers.NAIVE_BATCH)
+        naive_batch = batch if batch_given else min(batch, cpu_layers.SINGLE_THREAD_BATCH)
         result["settings"].update({"cpu_reps": cpu_reps, "cpu_warmup": 1, "cpu_threads": int(c.max_threads()),
                                    "cpu_naive_batch": naive_batch})
         if torch is None:

@@ -404,7 +404,7 @@ class Settings(Record):
     cpu_reps: int | None = None
     cpu_warmup: int | None = None
     cpu_threads: int | None = None
-    cpu_naive_batch: int | None = None
+    cpu_naive_batch: int | None = None  # the batch of single-thread CPU variants (the key predates the field)
     gpus: int | None = None
     variants: list[str] | None = None  # the --variants subset (None: every variant of the build)
     timing: dict | None = None  # how GPU op times were taken: {"method": "nvbench" | "cuda-events", ...}

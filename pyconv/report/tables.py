@@ -172,7 +172,7 @@ def header_lines(result: BenchResult) -> list[str]:
         lines.append("GPU op times: CUDA events around each launch (warm: L2 not flushed), noise = relative std dev"
                      + (f" (NVBench unavailable: {timing['why']})" if timing.get("why") else ""))
     keys = (("gpu_reps", "GPU reps"), ("cpu_reps", "CPU reps"), ("cpu_warmup", "CPU warm-up"),
-            ("cpu_threads", "CPU threads"), ("cpu_naive_batch", "cpu-naive batch"))
+            ("cpu_threads", "CPU threads"), ("cpu_naive_batch", "single-thread CPU variants' batch"))
     lines.append(f"Inputs: {s.inputs}; batch {s.batch}"
                  + (f"; GPU warm-up {s.warmup}" if result.gpu else "")
                  + "".join(f"; {label} {getattr(s, k)}" for k, label in keys if getattr(s, k) is not None))

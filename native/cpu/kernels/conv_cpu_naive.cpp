@@ -25,6 +25,7 @@ PYCONV_REGISTER_CPU_CONV(CpuConvVariant{
     .step = 0,
     .summary = "the course's milestone-2 seven-loop convolution, single thread",
     .rtol = 1e-5,
+    .single_thread = true,
     .launch = conv_fwd_cpu_naive,
     .roles = {.m2 = on_request("the course's single-thread seven-loop version: runs only when named with --impl")},
 });

@@ -25,6 +25,9 @@ struct CpuConvVariant {
   const char* summary = nullptr;  // one line
   Precision precision = Precision::Fp32;
   double rtol = 0.0;  // relative tolerance the tests hold it to; 0 means kDefaultRtol
+  // Runs on one thread whatever OpenMP offers (the course's seven loops): the bench records one thread and, unless
+  // --batch is given, times it on a smaller batch.
+  bool single_thread = false;
   CpuConvFn launch = nullptr;
   CpuSupportsFn supports = nullptr;  // nullptr: every valid shape
   CpuRoles roles;
