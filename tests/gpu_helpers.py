@@ -127,3 +127,18 @@ class StandInGpu:
     @staticmethod
     def measure_sgemm_rate(n, reps):
         return [30000.0] * reps
+
+
+def use_stand_in_gpu(monkeypatch, g, torch=None) -> None:
+    """Make `invoke bench` run on the stand-in g: a GPU is visible, pyconv._gpu is g and its registry is the
+    stand-in's variants (no CPU ones), no tuning cache, and gpu_layers.torch_gpu gives `torch`."""
+    from pyconv import autotune, native, variants
+    from pyconv.bench import gpu_layers
+    from pyconv.bench import run as bench
+
+    monkeypatch.setattr(bench, "_gpu_available", lambda: True)
+    monkeypatch.setattr(native, "gpu", lambda *_a, **_k: g)
+    monkeypatch.setattr(autotune, "load_cache", lambda _name: 0)
+    monkeypatch.setattr(gpu_layers, "torch_gpu", lambda: torch)
+    stand_ins = [variants.from_dict(d, lambda s, n=d["name"]: g.why_unsupported(n, *s)) for d in g.variants()]
+    monkeypatch.setattr(bench, "_registries", lambda: (stand_ins, []))

@@ -10,10 +10,10 @@ import re
 import numpy as np
 import pytest
 from built_variants import CPU, CPU_VARIANTS, M2_DEFAULT, needs
-from gpu_helpers import HAVE_GPU, StandInGpu, random_model, requires_gpu
+from gpu_helpers import HAVE_GPU, StandInGpu, random_model, requires_gpu, use_stand_in_gpu
 from student_variants import SKELETON
 
-from pyconv import native, variants, verify
+from pyconv import variants, verify
 from pyconv.bench import cpu_layers, goals, gpu_layers, roofline, sites, tags, timing
 from pyconv.bench import run as bench
 from pyconv.bench.schema import FORMAT, VERSION
@@ -430,15 +430,8 @@ def test_gpu_end_to_end_on_shipped_models(tmp_path):
 
 
 def test_gpu_layer_bookkeeping_with_a_stand_in(tmp_path, rng, monkeypatch):
-    from pyconv import autotune
-
     g = StandInGpu()
-    monkeypatch.setattr(bench, "_gpu_available", lambda: True)
-    monkeypatch.setattr(native, "gpu", lambda *_a, **_k: g)
-    monkeypatch.setattr(autotune, "load_cache", lambda _name: 0)
-    monkeypatch.setattr(gpu_layers, "torch_gpu", lambda: None)
-    stand_ins = [variants.from_dict(d, lambda s, n=d["name"]: g.why_unsupported(n, *s)) for d in g.variants()]
-    monkeypatch.setattr(bench, "_registries", lambda: (stand_ins, []))
+    use_stand_in_gpu(monkeypatch, g)
     model = random_model(rng, input_shape=(1, 14, 14), name="tiny")
     path = save_model(model, tmp_path / "tiny.h5")
     lines: list[str] = []

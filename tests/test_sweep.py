@@ -7,9 +7,8 @@ import json
 import math
 
 import pytest
-from gpu_helpers import StandInGpu, requires_gpu
+from gpu_helpers import StandInGpu, requires_gpu, use_stand_in_gpu
 
-from pyconv import autotune, native, variants
 from pyconv.bench import gpu_layers, schema, sweep
 from pyconv.bench import run as bench
 
@@ -63,14 +62,9 @@ SHAPES = [(1, 12, 12, 4, 3), (3, 13, 13, 5, 5)]
 
 def test_sweep_rows_ratios_summary_and_goals(tmp_path, monkeypatch):
     g = SweepGpu()
-    monkeypatch.setattr(bench, "_gpu_available", lambda: True)
-    monkeypatch.setattr(native, "gpu", lambda *_a, **_k: g)
-    monkeypatch.setattr(autotune, "load_cache", lambda _name: 0)
-    monkeypatch.setattr(gpu_layers, "torch_gpu", lambda: FakeTorch)
+    use_stand_in_gpu(monkeypatch, g, torch=FakeTorch)
     monkeypatch.setattr(gpu_layers, "cudnn_layer", fake_cudnn)
     monkeypatch.setattr(sweep, "draw_shapes", lambda seed=sweep.SEED: SHAPES)
-    stand_ins = [variants.from_dict(d, lambda s, n=d["name"]: g.why_unsupported(n, *s)) for d in g.variants()]
-    monkeypatch.setattr(bench, "_registries", lambda: (stand_ins, []))
     lines: list[str] = []
     result, dest = bench.run(batch=40, reps=3, sweep=True, out=str(tmp_path / "s.json"), echo=lines.append)
     assert result["parts"] == ["sweep"] and not result["layers"]

@@ -227,10 +227,8 @@ def test_nvbench_times_every_variant_and_cudnn(tmp_path):
 
 
 def test_the_layer_bench_hands_every_measurement_to_nvbench(tmp_path, rng, monkeypatch):
-    from test_bench import StandInGpu
+    from gpu_helpers import StandInGpu, use_stand_in_gpu
 
-    from pyconv import autotune, native, variants
-    from pyconv.bench import gpu_layers
     from pyconv.core.model import save_model
 
     launched: list[tuple[str, bool, int]] = []
@@ -255,12 +253,7 @@ def test_the_layer_bench_hands_every_measurement_to_nvbench(tmp_path, rng, monke
 
     monkeypatch.setattr(nvbench, "available", lambda: (True, "stand-in"))
     monkeypatch.setattr(nvbench, "run_jobs", fake_run)
-    monkeypatch.setattr(bench, "_gpu_available", lambda: True)
-    monkeypatch.setattr(native, "gpu", lambda *_a, **_k: g)
-    monkeypatch.setattr(autotune, "load_cache", lambda _name: 0)
-    monkeypatch.setattr(gpu_layers, "torch_gpu", lambda: None)
-    stand_ins = [variants.from_dict(d, lambda s, n=d["name"]: g.why_unsupported(n, *s)) for d in g.variants()]
-    monkeypatch.setattr(bench, "_registries", lambda: (stand_ins, []))
+    use_stand_in_gpu(monkeypatch, g)
     path = save_model(random_model(rng, input_shape=(1, 14, 14), name="tiny"), tmp_path / "tiny.h5")
     result, dest = bench.run(model=str(path), batch=40, reps=3, warmup=1, gpu=True, out=str(tmp_path / "g.json"),
                              echo=lambda _s: None)

@@ -301,7 +301,8 @@ def bench_gpu_layer_resident(g, site: dict, variants: list[Variant], rng: np.ran
     k_host = verify.random_nonzero(rng, (M, C, K, K))
     k = torch.from_numpy(k_host).cuda()
     idx = np.concatenate([np.arange(s.start, s.stop) for s in verify.check_slices(B)])
-    x_checked = x[torch.from_numpy(idx).cuda()].cpu().numpy()
+    idx_device = torch.from_numpy(idx).cuda()  # the checked images, gathered on the device
+    x_checked = x[idx_device].cpu().numpy()
     y = torch.empty(B * M * Ho * Wo, dtype=torch.float32, device="cuda")
     pooled_shape = (B, M, Ho // 2, Wo // 2)
     tmp = torch.empty(pooled_shape, dtype=torch.float32, device="cuda") if fused_site else None
@@ -326,7 +327,7 @@ def bench_gpu_layer_resident(g, site: dict, variants: list[Variant], rng: np.ran
             y.fill_(float("nan"))  # poisoned: an element the kernel forgets fails the check
             launcher(v.name, False)()
             torch.cuda.synchronize()
-            y_checked = y[: int(np.prod(out_shape))].view(out_shape)[torch.from_numpy(idx).cuda()].cpu().numpy()
+            y_checked = y[: int(np.prod(out_shape))].view(out_shape)[idx_device].cpu().numpy()
             check = verify.check_output(y_checked, x_checked, k_host, v.epilogue, *verify.tolerance(v.rtol, C, K),
                                         cache=references)
             if "where" in check:
