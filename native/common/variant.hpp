@@ -37,9 +37,11 @@ enum class Epilogue {
   TanhMaxPool2,  // y[B][M][Ho/2][Wo/2] = maxpool2x2/2(tanh(conv(x, k))) -- the layer never stores un-pooled
 };
 
-// How the variant multiplies. Tf32x3 (each operand split into two TF32 parts, three MMAs per product) is as
-// accurate as float32 FFMA and counts as float32 wherever precision is decided (e.g. final's TF32 verdict).
-enum class Precision { Fp32, Tf32, Tf32x3 };
+// How the variant multiplies. Tf32x3 (each operand split into two TF32 parts, three MMAs per product) and F16x3
+// (each operand split into two FP16 parts, three MMAs per product: cuda/runtime/mma_f16.cuh) are as accurate as
+// float32 FFMA: they are held to float32's tolerance and count as float32 wherever precision is decided (e.g.
+// final's TF32 verdict).
+enum class Precision { Fp32, Tf32, Tf32x3, F16x3 };
 
 // The relative tolerance every variant is held to unless it says otherwise (rtol = 0 in its descriptor).
 constexpr double kDefaultRtol = 1e-4;

@@ -1,0 +1,49 @@
+// Split-FP16 tensor-core primitives (steps 19 and 20): FP32-accurate products on the FP16 tensor cores.
+//
+// A float v is held as two halves, v ~ hi + lo * 2^-11 with hi = fp16(v) and lo = fp16((v - hi) * 2^11): hi keeps
+// 11 significant bits and lo the next 11, so the pair represents v to about 2^-22 relative (FP32 keeps 2^-24). A
+// product of two halves is exact in the float32 accumulator (11 x 11 bits), so
+//   x * w ~ x.hi * w.hi + 2^-11 * (x.hi * w.lo + x.lo * w.hi)
+// needs three m16n8k16 MMAs (the x.lo * w.lo term is below 2^-22 and dropped, as 3xTF32 drops its small * small
+// term). The two correction products share one accumulator, scaled by 2^-11 once at the end. A uint8 image is
+// exact in one half (integers up to 2048 are), so x.lo = 0 and two MMAs do.
+// Range: fp16 holds |v| < 65504. Values beyond it become inf and the outputs they reach inf or NaN (never a quietly
+// wrong finite number); the course's images (0..255), tanh outputs and weights are far inside it.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace pyconv {
+
+constexpr float kSplitScale = 2048.0f;          // 2^11: lo is stored scaled up, so it stays a normal half
+constexpr float kSplitUnscale = 1.0f / 2048.0f;
+
+struct SplitHalf {
+  __half hi, lo;
+};
+
+__device__ __forceinline__ SplitHalf split_f16(float v) {
+  const __half hi = __float2half_rn(v);
+  return {hi, __float2half_rn((v - __half2float(hi)) * kSplitScale)};
+}
+
+// Two halves in one 32-bit register, `first` in the low 16 bits (the lower k index of an MMA fragment pair).
+__device__ __forceinline__ uint32_t pack_half2(__half first, __half second) {
+  return uint32_t(__half_as_ushort(first)) | (uint32_t(__half_as_ushort(second)) << 16);
+}
+
+// D += A B, mma.sync m16n8k16, FP16 operands, float32 accumulators (PTX ISA, "Matrix Fragments for mma.m16n8k16"
+// with floating point types), lane = 4g + t, each register two halves (lower k in the low 16 bits):
+//   A (16x16, row): a0 (row g, k 2t..2t+1), a1 (row g+8, k 2t..2t+1), a2 (row g, k 2t+8..2t+9), a3 (row g+8, k 2t+8..)
+//   B (16x8, col):  b0 (k 2t..2t+1, col g), b1 (k 2t+8..2t+9, col g)
+//   D (16x8):       d0 (g, 2t), d1 (g, 2t+1), d2 (g+8, 2t), d3 (g+8, 2t+1)
+__device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                        uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+}  // namespace pyconv
