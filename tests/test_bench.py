@@ -188,12 +188,25 @@ def test_goals_met_and_missed():
     conv2 = next(v for k, v in g.items() if k.startswith("sp19 conv2 x cuDNN"))
     assert conv1["met"] is True and conv1["measured"] == pytest.approx(2.5 / 0.09)
     assert conv2["met"] is False and conv2["measured"] == pytest.approx(2.5)
-    assert g["sp19 fused conv1 + tanh + pool"]["met"] is True
+    assert g["sp19 fused conv1 + tanh + pool, float32"]["met"] is True
+    u8 = g["sp19 fused conv1 + tanh + pool, float32, from uint8 images"]
+    assert u8["measured"] is None and u8["met"] is None  # no variant here timed its uint8 path
     fa17 = g["fa17 conv + tanh + pool"]
     assert fa17["measured"] is None and fa17["met"] is None and "not in this run" in fa17["note"]
     assert g["sp19 conv2 (TF32 allowed)"]["measured"] == pytest.approx(0.40)
     assert g["sp19 conv2 (TF32 allowed)"]["met"] is False and g["sp19 conv2, exact float32"]["met"] is False
     assert not any(x["name"].startswith("cpu-fast") for x in goals.check_goals(result, "cpu-fast"))  # no CPU part
+
+
+def test_the_first_layer_goal_is_float32_and_counts_the_uint8_path_apart():
+    tf32 = dict(_row("gpu-fast-tf32", 0.05, "tanh-maxpool2"), precision="tf32")  # below 0.10 but not float32
+    split = dict(_row("gpu-split", 0.12, "tanh-maxpool2"), precision="fp32", u8_ms={"median": 0.08})
+    c1 = _layer(goals.SP19_CONV1, [tf32, split], 2.2, 2.5, fused=True)
+    g = _by_name(goals.check_goals({"parts": ["gpu"], "layers": [c1]}))
+    f32 = g["sp19 fused conv1 + tanh + pool, float32"]
+    assert f32["measured"] == pytest.approx(0.12) and f32["met"] is False and f32["note"] == "gpu-split"
+    u8 = g["sp19 fused conv1 + tanh + pool, float32, from uint8 images"]
+    assert u8["measured"] == pytest.approx(0.08) and u8["met"] is True
 
 
 def test_conv2_goals_tell_tf32_from_float32():

@@ -39,7 +39,8 @@ def synthetic_result() -> dict:
               "K": 5, "tanh_pool_follows": True, "flops": 10**9, "bytes": 10**8, "floor_ms": 0.1,
               "bytes_pooled": 5 * 10**7, "floor_tanh_pool_ms": 0.05,
               "variants": [variant("gpu-baseline", 0, 2.0, tanh_pool=2.3), failed, skipped,
-                           variant("gpu-fused-tanh-pool", 10, 0.09, "tanh-maxpool2")],
+                           dict(variant("gpu-fused-tanh-pool", 10, 0.09, "tanh-maxpool2"),
+                                u8_ms=timing.stats([0.07, 0.072]), u8_check={"passed": True})],
               "cudnn": {"conv_ms": timing.stats([2.2]), "conv_tanh_pool_ms": timing.stats([2.5]), "source": "made up"}}
     layer2 = {"model": "synthetic", "arch": "sp19", "layer": "conv2", "B": 10000, "C": 6, "H": 22, "W": 22,
               "M": 16, "K": 5, "tanh_pool_follows": False, "flops": 10**9, "bytes": 10**8, "floor_ms": 0.2,
@@ -128,6 +129,11 @@ def test_ladder_numbers_come_from_the_json():
     # the fused variant: 0.09 ms median of [0.09, 0.099] = 0.0945; x cuDNN (conv+tanh+pool) 2.5 / 0.0945
     fused = next(line for line in md.splitlines() if line.startswith("| gpu-fused-tanh-pool (conv+tanh+pool)"))
     assert "| 0.0945 |" in fused and f"| {report.num(2.5 / 0.0945, 2)} |" in fused
+
+
+def test_a_first_layers_uint8_path_is_noted_with_its_time():
+    md = report.markdown_tables(synthetic_result())
+    assert "gpu-fused-tanh-pool from uint8 images: 0.0710 ms" in md
 
 
 def test_end_to_end_tables_show_fc_math_and_the_pipeline_sweep():

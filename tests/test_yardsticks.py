@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from gpu_helpers import HAVE_GPU, random_model
 
+from pyconv import native
 from pyconv.bench import end_to_end as e2e
 from pyconv.bench import goals, nvbench, tags, timing
 from pyconv.bench import run as bench
@@ -217,6 +218,12 @@ def test_nvbench_times_every_variant_and_cudnn(tmp_path):
         assert all(v.ms.p90 is not None and not v.ms.median_is_mean for v in timed)
         if r.torch is not None:
             assert layer.cudnn.conv_ms is not None and layer.cudnn.conv_ms.method == "nvbench"
+    # variants that read uint8 images had that path checked and timed on the first layer, and only there
+    conv1, conv2 = r.layers
+    readers = {v["name"] for v in native.gpu().variants() if v["reads_u8"]}
+    u8_rows = [v for v in conv1.variants if v.variant in readers and v.ms is not None]
+    assert u8_rows and all(v.u8_check.passed and v.u8_ms.method == "nvbench" for v in u8_rows)
+    assert not any(v.u8_ms or v.u8_check for v in conv2.variants)
     with pytest.raises(subprocess.CalledProcessError):  # the file exists: a second run to it is refused
         subprocess.run([sys.executable, "-m", "invoke", "bench", "--gpu", "--model", "sp19", "--batch", "64",
                         "--out", str(out)], cwd=paths.ROOT, capture_output=True, check=True, timeout=300)

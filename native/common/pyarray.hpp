@@ -34,4 +34,12 @@ inline ConvShape conv_shape_of(const py::array& x, const py::array& k) {
                          k.shape(3));
 }
 
+// The same with x as uint8 pixels (a network's raw images: a variant's launch_u8 path).
+inline ConvShape conv_shape_of_u8(const py::array& x, const py::array& k) {
+  require_array<uint8_t>(x, "x", 4);
+  require_array<float>(k, "k", 4);
+  return make_conv_shape(x.shape(0), x.shape(1), x.shape(2), x.shape(3), k.shape(0), k.shape(1), k.shape(2),
+                         k.shape(3));
+}
+
 }  // namespace pyconv

@@ -130,6 +130,27 @@ PYBIND11_MODULE(_gpu, m) {
       "shape, CudaError when CUDA fails.");
 
   m.def(
+      "conv_u8",
+      [](const std::string& name, const py::array& x, const py::array& k) {
+        const ConvShape s = conv_shape_of_u8(x, k);
+        const GpuConvVariant& v = checked_gpu_variant(name, s);
+        if (!v.launch_u8) throw std::invalid_argument(name + " has no uint8 input path (launch_u8)");
+        require_gpu();
+        py::array_t<float> y(conv_out_shape(v, s));
+        const uint8_t* xp = static_cast<const uint8_t*>(x.data());
+        const float* kp = static_cast<const float*>(k.data());
+        float* yp = y.mutable_data();
+        {
+          py::gil_scoped_release release;
+          run_conv_u8(v, s, xp, kp, yp);
+        }
+        return y;
+      },
+      py::arg("name"), py::arg("x"), py::arg("k"),
+      "conv for uint8 images x (a network's raw pixels) through the variant's launch_u8 path (reads_u8 in\n"
+      "variants()); k float32. ValueError for a variant without one.");
+
+  m.def(
       "time_conv",
       [](const std::string& name, const py::array& x, const py::array& k, int warmup, int reps) {
         const ConvShape s = conv_shape_of(x, k);
@@ -162,19 +183,22 @@ PYBIND11_MODULE(_gpu, m) {
                          "A variant with its inputs uploaded once, launched on a stream the caller owns: what\n"
                          "an external harness (NVBench) times. Construction runs the work once and waits.")
       .def(py::init([](const std::string& name, const py::array& x, const py::array& k, bool tanh_pool) {
-             const ConvShape s = conv_shape_of(x, k);
+             const bool u8 = py::dtype::of<uint8_t>().is(x.dtype());
+             const ConvShape s = u8 ? conv_shape_of_u8(x, k) : conv_shape_of(x, k);
              const GpuConvVariant& v = checked_gpu_variant(name, s);
              if (tanh_pool && (s.Ho() < 2 || s.Wo() < 2))
                throw std::invalid_argument("StagedConv: conv + tanh + pool needs a conv output >= 2x2");
+             if (u8 && !v.launch_u8) throw std::invalid_argument(name + " has no uint8 input path (launch_u8)");
              require_gpu();
-             const float* xp = static_cast<const float*>(x.data());
              const float* kp = static_cast<const float*>(k.data());
              py::gil_scoped_release release;
-             return std::make_unique<StagedConv>(v, s, xp, kp, tanh_pool);
+             if (u8) return std::make_unique<StagedConv>(v, s, static_cast<const uint8_t*>(x.data()), kp, tanh_pool);
+             return std::make_unique<StagedConv>(v, s, static_cast<const float*>(x.data()), kp, tanh_pool);
            }),
            py::arg("name"), py::arg("x"), py::arg("k"), py::arg("tanh_pool") = false,
-           "x, k: host arrays (float32, C-contiguous), uploaded once; tanh_pool: conv + tanh + max-pool 2/2 as\n"
-           "time_conv_tanh_pool runs it. ValueError on bad arrays or an unsupported shape.")
+           "x, k: host arrays (C-contiguous; k float32, x float32, or uint8 images for a variant that reads them:\n"
+           "its launch_u8 path), uploaded once; tanh_pool: conv + tanh + max-pool 2/2 as time_conv_tanh_pool runs\n"
+           "it. ValueError on bad arrays or an unsupported shape.")
       .def(
           "launch",
           [](const StagedConv& self, uintptr_t stream) {

@@ -173,6 +173,8 @@ def bench_gpu_layer(g, site: dict, variants: list[Variant], roof: dict | None, r
                 for key, tp in timed:
                     what = "conv_tanh_pool" if tp else "conv"
                     jobs.append(_variant_job(g, f"{prefix}/{name}/{what}", name, x, k, tp, row, key))
+            if v.reads_u8 and C == 1 and jobs is not None:
+                _u8_row(g, v, site, rng, row, jobs, prefix)
         except (ValueError, RuntimeError) as e:  # pyconv._gpu.CudaError is a RuntimeError
             row["error"] = f"{type(e).__name__}: {e}"
             continue
@@ -197,6 +199,24 @@ def bench_gpu_layer(g, site: dict, variants: list[Variant], roof: dict | None, r
     if jobs is None:
         finish_layer(layer)
     return layer
+
+
+def _u8_row(g, v: Variant, site: dict, rng: np.random.Generator, row: dict, jobs: list[Job], prefix: str) -> None:
+    """The variant's uint8 path on a first layer (what a network runs: its raw 0..255 images, never widened to
+    float32 in memory): checked on random non-zero images against the reference, then timed by NVBench into
+    row["u8_ms"]. The weights are scaled by 1/255 so that tanh does not saturate and hide an error."""
+    B, C, H, W, M, K = _dims(site)
+    x8 = rng.integers(1, 256, (B, C, H, W), dtype=np.uint8)
+    k = (verify.random_nonzero(rng, (M, C, K, K)) / 255.0).astype(np.float32)
+    check = verify.check_output(g.conv_u8(v.name, x8, k), x8.astype(np.float32), k, v.epilogue,
+                                *verify.tolerance(v.rtol, C, K))
+    row["u8_check"] = check
+    if not check["passed"]:
+        row["u8_skipped"] = "FAILED the correctness check on uint8 images: not timed"
+        return
+    fused_site = site["tanh_pool_follows"]
+    tp = fused_site and not v.pools  # a plain conv on a fused layer is timed with the shared tanh + pool kernels
+    jobs.append(_variant_job(g, f"{prefix}/{v.name}/u8", v.name, x8, k, tp, row, "u8_ms"))
 
 
 def _variant_job(g, job_name: str, name: str, x: np.ndarray, k: np.ndarray, tanh_pool: bool, row: dict,

@@ -105,6 +105,10 @@ class VariantRow(Record):
     check: Check | None = field(default=None, metadata=_conv(Check.from_dict))
     ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
     tanh_pool_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
+    # A variant that reads uint8 images (a first layer): that path checked and timed as well (the network's way)
+    u8_check: Check | None = field(default=None, metadata=_conv(Check.from_dict))
+    u8_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
+    u8_skipped: str | None = None
     gflops: float | None = None
     gbps: float | None = None
     pct_roofline: float | None = None

@@ -222,6 +222,11 @@ def layer_table(layer: LayerResult) -> Table:
     if fused_site:
         floor += f" (conv + tanh + pool, pooled output: {num(layer.floor_tanh_pool_ms)} ms)"
     t.notes.append(floor)
+    for r in layer.variants:  # first layers: the uint8 path of the variants that have one (the network's input)
+        if r.u8_ms is not None or r.u8_skipped:
+            what = (f"{_ms(r.u8_ms)} ms (noise {_ms(r.u8_ms, 'noise_pct', 2)} %)" if r.u8_ms is not None
+                    else r.u8_skipped)
+            t.notes.append(f"{r.variant} from uint8 images: {what}")
     if layer.best:
         t.notes.append(f"best: {layer.best.variant} {num(layer.best.ms)} ms")
     return t

@@ -34,11 +34,21 @@ std::vector<float> time_launches(F&& launch, int warmup, int reps) {
   return ms;
 }
 
-// The inputs of a timed convolution, uploaded once (x in pinned host memory for an x_on_host variant).
+// The inputs of a timed convolution, uploaded once (x in pinned host memory for an x_on_host variant; x8: uint8
+// images, run through the variant's launch_u8).
 struct ConvInputs {
   DeviceBuffer<float> dx, dk, dy, tmp;
+  DeviceBuffer<uint8_t> dx8;
   PinnedBuffer<float> hx;
   const float* x = nullptr;
+  const uint8_t* x8 = nullptr;
+  ConvInputs(const GpuConvVariant& v, const ConvShape& s, const uint8_t* x_host, const float* k_host, size_t ny) {
+    dk.upload(k_host, size_t(s.k_size()));
+    dy.resize(ny);
+    dx8.upload(x_host, size_t(s.x_size()));
+    x8 = dx8.get();
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
   ConvInputs(const GpuConvVariant& v, const ConvShape& s, const float* x_host, const float* k_host, size_t ny) {
     dk.upload(k_host, size_t(s.k_size()));
     dy.resize(ny);
@@ -89,9 +99,31 @@ void run_conv(const GpuConvVariant& v, const ConvShape& s, const float* x, const
   CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+static const GpuConvVariant& require_u8(const GpuConvVariant& v) {
+  if (!v.launch_u8) throw std::invalid_argument(std::string(v.name) + " has no uint8 input path (launch_u8)");
+  return v;
+}
+
+void run_conv_u8(const GpuConvVariant& v, const ConvShape& s, const uint8_t* x, const float* k, float* y) {
+  require_u8(v);
+  const size_t ny = size_t(product(conv_out_shape(v, s)));
+  DeviceBuffer<float> dk(size_t(s.k_size())), dy(ny);
+  DeviceBuffer<uint8_t> dx(size_t(s.x_size()));
+  dk.upload(k, size_t(s.k_size()));
+  dx.upload(x, size_t(s.x_size()));
+  CUDA_CHECK(cudaMemset(dy.get(), 0xFF, ny * sizeof(float)));  // poisoned, as run_conv does
+  v.launch_u8(dx.get(), dk.get(), dy.get(), s, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  dy.download(y, ny);
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 void launch_unit(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k, float* y, float* tmp,
-                 bool tanh_pool, cudaStream_t st) {
-  v.launch(x, k, y, s, st);
+                 bool tanh_pool, cudaStream_t st, const uint8_t* x8) {
+  if (x8)
+    require_u8(v).launch_u8(x8, k, y, s, st);
+  else
+    v.launch(x, k, y, s, st);
   if (tanh_pool && v.epilogue != Epilogue::TanhMaxPool2) {
     activation_inplace(y, size_t(s.y_size()), Activation::Tanh, st);
     pool2d(y, tmp, s.B * s.M, int(s.Ho()), int(s.Wo()), 2, 2, true, st);
@@ -104,11 +136,11 @@ namespace {
 // asked of a variant whose epilogue does not pool.
 void launch_staged(const GpuConvVariant& v, const ConvShape& s, const ConvInputs& in, bool tanh_pool,
                    cudaStream_t st) {
-  launch_unit(v, s, in.x, in.dk.get(), in.dy.get(), in.tmp.get(), tanh_pool, st);
+  launch_unit(v, s, in.x, in.dk.get(), in.dy.get(), in.tmp.get(), tanh_pool, st, in.x8);
 }
 
-template <typename Inputs = ConvInputs>
-std::unique_ptr<Inputs> stage_inputs(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k,
+template <typename Inputs = ConvInputs, typename X = float>
+std::unique_ptr<Inputs> stage_inputs(const GpuConvVariant& v, const ConvShape& s, const X* x, const float* k,
                                      bool tanh_pool) {
   const bool fused = v.epilogue == Epilogue::TanhMaxPool2;
   auto in = std::make_unique<Inputs>(v, s, x, k,
@@ -133,6 +165,13 @@ StagedConv::StagedConv(const GpuConvVariant& v, const ConvShape& s, const float*
     : v_(v), s_(s), tanh_pool_(tanh_pool), in_(stage_inputs<Inputs>(v, s, x, k, tanh_pool)) {
   // One untimed run, waited for: buffers a variant grows on its first call (a cudaFree waits for the whole
   // device) are allocated now, never inside a launch the harness times behind its blocking kernel.
+  launch(nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+StagedConv::StagedConv(const GpuConvVariant& v, const ConvShape& s, const uint8_t* x, const float* k,
+                       bool tanh_pool)
+    : v_(require_u8(v)), s_(s), tanh_pool_(tanh_pool), in_(stage_inputs<Inputs>(v, s, x, k, tanh_pool)) {
   launch(nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
 }

@@ -24,6 +24,9 @@ const GpuConvVariant& checked_gpu_variant(const std::string& name, const ConvSha
 // first, so an element the kernel forgets shows up in every test.
 void run_conv(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k, float* y);
 
+// run_conv through the variant's uint8 input path (launch_u8; std::invalid_argument when it has none).
+void run_conv_u8(const GpuConvVariant& v, const ConvShape& s, const uint8_t* x, const float* k, float* y);
+
 // Milliseconds of each of `reps` launches after `warmup` untimed ones, CUDA events around each launch. Inputs are
 // uploaded once (an x_on_host variant reads pinned host memory). tanh_pool: conv + tanh + max-pool 2/2 -- the
 // variant's own launch when its epilogue pools, else followed by the shared tanh and pooling kernels.
@@ -32,9 +35,10 @@ std::vector<float> time_conv(const GpuConvVariant& v, const ConvShape& s, const 
 
 // One unit of work on buffers the caller owns (device pointers; x on the host for an x_on_host variant): the
 // variant's launch, then the shared tanh and pooling kernels when tanh_pool is asked of a variant that does not
-// pool (y then holds the conv output, tmp the pooled one). Queued on `st`, nothing synchronised.
+// pool (y then holds the conv output, tmp the pooled one). Queued on `st`, nothing synchronised. x8 (not null):
+// uint8 images, run through the variant's launch_u8 instead of x.
 void launch_unit(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k, float* y, float* tmp,
-                 bool tanh_pool, cudaStream_t st);
+                 bool tanh_pool, cudaStream_t st, const uint8_t* x8 = nullptr);
 
 // A variant with its inputs uploaded once (as time_conv stages them), launched on any stream the caller gives: what
 // an external benchmark harness (NVBench, pyconv.bench.nvbench) times, with its own stream, L2 flushes and stopping
@@ -42,6 +46,8 @@ void launch_unit(const GpuConvVariant& v, const ConvShape& s, const float* x, co
 class StagedConv {
  public:
   StagedConv(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k, bool tanh_pool);
+  // x: uint8 images, run through the variant's launch_u8 (std::invalid_argument when it has none).
+  StagedConv(const GpuConvVariant& v, const ConvShape& s, const uint8_t* x, const float* k, bool tanh_pool);
   ~StagedConv();
   StagedConv(const StagedConv&) = delete;
   StagedConv& operator=(const StagedConv&) = delete;
