@@ -54,6 +54,16 @@ def test_ranking_compares_what_the_network_pays():
     assert [t.variant for t in build.ranking(run("d", layers=[layer]).layers[0], "d", "b")] == ["b", "a"]
 
 
+def test_a_first_layer_ranks_a_uint8_reader_by_its_uint8_time():
+    reader = dict(row("reader", 0.30, epilogue="tanh-maxpool2"), u8_ms={"median": 0.12}, u8_check={"passed": True})
+    failed = dict(row("bad-u8", 0.20, epilogue="tanh-maxpool2"), u8_ms={"median": 0.01},
+                  u8_check={"passed": False})
+    layer = dict(CONV1, variants=[reader, failed, row("fused", 0.25, epilogue="tanh-maxpool2")])
+    r = build.ranking(run("d", layers=[layer]).layers[0], "d", "b")
+    # the uint8 path is what the network runs: one that failed its check leaves the variant out
+    assert [(t.variant, t.ms) for t in r] == [("reader", 0.12), ("fused", 0.25)]
+
+
 def test_the_newest_run_of_a_shape_wins_and_a_subset_run_updates_its_variants_only():
     old = run("2000-01-01", layers=[dict(CONV2, variants=[row("a", 0.6), row("b", 0.5)])])
     new = run("2000-01-02", layers=[dict(CONV2, variants=[row("a", 0.4)])], variants=["a"])
