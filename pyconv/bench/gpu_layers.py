@@ -172,7 +172,7 @@ def bench_gpu_layer(g, site: dict, variants: list[Variant], roof: dict | None, r
             else:
                 for key, tp in timed:
                     what = "conv_tanh_pool" if tp else "conv"
-                    jobs.append(_variant_job(g, f"{prefix}/{name}/{what}", name, x, k, tp, row, key))
+                    jobs.append(_variant_job(g, f"{prefix}/{name}/{what}", name, x, k, tp, row, key, v.student))
         except (ValueError, RuntimeError) as e:  # pyconv._gpu.CudaError is a RuntimeError
             row["error"] = f"{type(e).__name__}: {e}"
             continue
@@ -200,7 +200,7 @@ def bench_gpu_layer(g, site: dict, variants: list[Variant], roof: dict | None, r
 
 
 def _variant_job(g, job_name: str, name: str, x: np.ndarray, k: np.ndarray, tanh_pool: bool, row: dict,
-                 key: str) -> Job:
+                 key: str, sync: bool = False) -> Job:
     def setup(_stream: int):
         return g.StagedConv(name, x, k, tanh_pool).launch  # runs once and waits (StagedConv)
 
@@ -210,7 +210,7 @@ def _variant_job(g, job_name: str, name: str, x: np.ndarray, k: np.ndarray, tanh
         else:
             row[key] = s
 
-    return Job(job_name, setup, done)
+    return Job(job_name, setup, done, sync)
 
 
 def finish_layer(layer: dict) -> None:
