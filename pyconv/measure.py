@@ -12,7 +12,7 @@ the plan's: TF32 variants are measured like the others and chosen only where the
 unchanged.
 
 Where the evidence comes from another GPU (the stand-in) or no GPU is visible (`invoke plan --gpu NAME`), nothing
-is measured."""
+is measured; nor where the build has no variant final may choose (a student handout: final runs the student's)."""
 
 from __future__ import annotations
 
@@ -87,15 +87,18 @@ def evidence_for(sites: Sequence[ConvSite], gpu_name: str, *, variants: Sequence
     todo = unmeasured(sites, own)
     if not todo:
         return evidence.for_gpu(gpu_name, folder)
+    if variants is None:
+        from .variants import gpu_variants
+
+        variants = gpu_variants()
+    if not any(v.device == "gpu" and v.role("final").choosable for v in variants):
+        # nothing final may choose between (a student handout): the plan runs the student's variant unmeasured
+        return evidence.for_gpu(gpu_name, folder)
     if g is None:
         from . import autotune
 
         g = native.gpu()
         autotune.load_cache(gpu_name)  # the tunable kernel as the run will use it
-    if variants is None:
-        from .variants import gpu_variants
-
-        variants = gpu_variants()
     rng = np.random.default_rng(seed)
     date = tags.utc_now()
     measured = []

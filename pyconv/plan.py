@@ -14,7 +14,9 @@ The rules, from the variants' roles (pyconv.variants; each variant's own file in
   bench`, or by final itself on first meeting the shape, pyconv.measure, which fills the evidence before plan()
   is called), among those whose final role is default or candidate; a shape never measured runs the final
   default (the fusing one where
-  tanh + max-pool follow), then the evidence's fallback order, then the candidates in ladder order.
+  tanh + max-pool follow), then the evidence's fallback order, then the candidates in ladder order. A build with
+  no default or candidate for final (a student handout) runs the first on-request variant (the student's), as
+  milestones 2 to 4 do, measuring nothing: there is nothing to choose between.
   Precision: TF32 (conv variants that round to TF32, and the fully connected layers through cuBLAS TF32) only for
   weights whose end-to-end bench on this GPU changed no label against PyTorch's float32 network; otherwise float32.
   Milestones 2, 3 and 4 always compute in float32, the course's arithmetic."""
@@ -340,5 +342,8 @@ def plan(milestone: str, sites: Sequence[ConvSite], variants: Sequence[Variant],
         return Plan(m, device, tuple(_m4_choice(mine, s) for s in sites), "fp32", "float32, the course's arithmetic",
                     chunks, streams)
     exact, why = precision_decision(evidence, model_digest, precision)
-    choices = [_final_choice(mine, s, evidence, exact) for s in sites]
+    if any(v.role("final").choosable for v in mine):
+        choices = [_final_choice(mine, s, evidence, exact) for s in sites]
+    else:  # nothing to choose between (a student handout): the student's variant, as milestones 2 to 4 run it
+        choices = [_default_choice(mine, "final", s, "final") for s in sites]
     return Plan(m, device, tuple(choices), "fp32" if exact else "tf32", why, chunks, streams, tuned=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePath
 
 from . import native
 from .core.errors import PyconvError
@@ -153,14 +154,22 @@ def all_variants() -> list[Variant]:
 
 
 STUDENT_VARIANTS = ("cpu-student", "gpu-student")
-# The course's skeletons (native/student/new-forward.h and .cuh as handed out) stop at a CHECK whose message starts
-# so: a slot whose file still holds it is unstarted (a handout must hold them; tests of the slot skip while it does).
-SKELETON_MARK = "Remove this line and replace"
+# The course's skeletons (native/student/new-forward.h and .cuh as handed out) stop at a CHECK whose message asks to
+# remove it: a slot whose file still holds its skeleton's sentence is unstarted (a handout must hold them; tests of
+# the slot skip while it does). One sentence per file, the one on the path a milestone runs: in new-forward.h the
+# general template forward<cpu, DType>, which the student writes; in new-forward.cuh the float specialisation
+# forward<gpu, float>. The .cuh's general template keeps its own CHECK ("... replace it with ...") in finished files:
+# the course runs float only, so students leave it (tests/fixtures/student/good/new-forward.cuh does).
+SKELETON_MARKS = {"new-forward.h": "Remove this line and replace it with your implementation.",
+                  "new-forward.cuh": "Remove this line and replace with your implementation"}
 
 
-def holds_skeleton(text: str) -> bool:
-    """A student file's text is still the course's skeleton."""
-    return SKELETON_MARK in text
+def holds_skeleton(text: str, slot: str) -> bool:
+    """A student file's text is still the course's skeleton; slot: the file's name or path (new-forward.h/.cuh)."""
+    name = PurePath(slot).name
+    if name not in SKELETON_MARKS:
+        raise PyconvError(f"{slot}: not a student slot (known: {', '.join(SKELETON_MARKS)})")
+    return SKELETON_MARKS[name] in text
 
 
 def is_student(name: str) -> bool:

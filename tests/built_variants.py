@@ -59,3 +59,9 @@ def needs(*names: str):
 needs_m3_pick = pytest.mark.skipif(M3_PICK is None, reason="this build has no milestone-3 default of its own (a "
                                                            "student handout: the GPU variants are the assignment)")
 
+
+# final chooses among the variants whose final role is default or candidate, measuring a shape it has never seen;
+# a handout has none (its only GPU variant is the student's, on request): final runs that one, measuring nothing.
+needs_final_choice = pytest.mark.skipif(not any(v.role("final").choosable for v in GPU_VARIANTS),
+                                        reason="this build has no variant final chooses between (a student "
+                                               "handout: final runs the student's, measuring nothing)")

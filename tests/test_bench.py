@@ -9,9 +9,9 @@ import re
 
 import numpy as np
 import pytest
-from built_variants import CPU, CPU_VARIANTS, M2_DEFAULT, needs
-from gpu_helpers import HAVE_GPU, StandInGpu, random_model, requires_gpu, use_stand_in_gpu
-from student_variants import SKELETON
+from built_variants import CPU, CPU_VARIANTS, GPU, GPU_VARIANTS, M2_DEFAULT, needs
+from gpu_helpers import HAVE_GPU, StandInGpu, gpu, random_model, requires_gpu, use_stand_in_gpu
+from student_variants import SKELETON, skip_if_unstarted
 
 from pyconv import variants, verify
 from pyconv.bench import cpu_layers, goals, gpu_layers, roofline, sites, tags, timing
@@ -269,6 +269,11 @@ def test_variant_selection():
     gpu, cpu = ["gpu-a", "gpu-b"], ["cpu-naive", "cpu-fast"]
     assert bench.split_variants(None, gpu, cpu) == (gpu, cpu)
     assert bench.split_variants("cpu-fast, gpu-b", gpu, cpu) == (["gpu-b"], ["cpu-fast"])
+    # the student's variants run when named, or where a part has no other (a student handout)
+    assert bench.split_variants(None, [*gpu, "gpu-student"], [*cpu, "cpu-student"]) == (gpu, cpu)
+    assert bench.split_variants(None, ["gpu-student"], ["cpu-student"]) == (["gpu-student"], ["cpu-student"])
+    assert bench.split_variants(None, [], ["cpu-student"]) == ([], ["cpu-student"])
+    assert bench.split_variants("gpu-student", [*gpu, "gpu-student"], cpu) == (["gpu-student"], [])
     with pytest.raises(PyconvError, match="unknown variant.*nope"):
         bench.split_variants("gpu-a,nope", gpu, cpu)
 
@@ -403,6 +408,9 @@ def test_bad_arguments():
 @pytest.mark.gpu
 @requires_gpu
 def test_gpu_layers_small_batch(tmp_path):
+    benched = bench.split_variants(None, GPU, [])[0]  # in a handout: the student's, which must hold code
+    for name in benched:
+        skip_if_unstarted(name, gpu().conv)
     result, dest = bench.run(model="sp19", batch=64, reps=3, warmup=1, gpu=True, out=str(tmp_path / "g.json"),
                              echo=lambda _s: None)
     assert result["gpu"]["name"] and result["roofline"]["copy_GBps"] > 0 and result["roofline"]["fp32_GFLOPs"] > 0
@@ -417,8 +425,10 @@ def test_gpu_layers_small_batch(tmp_path):
             if "ms" in r:
                 assert r["ms"]["median"] > 0 and 0 < r["pct_roofline"]
         assert layer["best"] is not None
+    assert {r["variant"] for r in result["layers"][0]["variants"]} == set(benched)
     fused = [r for r in result["layers"][0]["variants"] if r["epilogue"] == "tanh-maxpool2"]
-    assert fused and all("ms" in r for r in fused)
+    assert all("ms" in r for r in fused)
+    assert fused or not any(v.pools for v in GPU_VARIANTS if v.name in benched)
 
 
 @pytest.mark.gpu
@@ -430,6 +440,12 @@ def test_gpu_end_to_end_on_shipped_models(tmp_path):
     if not shipped_models() or not paths.DATA_FILE.exists():
         pytest.skip("no shipped models or no data")
     name = shipped_models()[0]
+    from pyconv.bench import end_to_end
+    from pyconv.core.model import load_model
+
+    final = end_to_end.final_plan(load_model(name), 100, "fp32")  # in a handout: the student's, on every layer
+    for impl in dict.fromkeys(final.impls):
+        skip_if_unstarted(impl, gpu().conv)
     result, _ = bench.run(model=name, batch=100, reps=2, warmup=1, end_to_end=True, out=str(tmp_path / "e.json"),
                           echo=lambda _s: None)
     (e,) = result["end_to_end"]

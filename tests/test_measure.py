@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+from built_variants import needs_final_choice
 from gpu_helpers import StandInGpu, random_model, requires_gpu
 
 from pyconv import evidence, measure, plan, variants
@@ -115,6 +116,31 @@ def test_a_shape_where_every_candidate_fails_is_one_line_and_nothing_is_written(
     assert "\n" not in str(e.value) and g.timed == [] and not evidence.path_for(GPU, tmp_path).exists()
 
 
+class HandoutGpu(StandInGpu):
+    """A student handout's module: one variant, the student's, on request in final (native/student/student_gpu.cu);
+    running or timing it here would be a measurement final has no use for."""
+
+    @staticmethod
+    def variants():
+        (d,) = [d for d in StandInGpu.variants() if d["name"] == "fake-plain"]
+        return [dict(d, name="gpu-student", step=100, roles={m: {"role": "on-request", "reason": "the student's"}
+                                                             for m in ("m3", "m4", "final")})]
+
+    @staticmethod
+    def conv(name, *_inputs):
+        pytest.fail(f"final measured {name}: there is nothing to choose between")
+
+    time_conv = time_conv_tanh_pool = conv
+
+
+def test_a_build_with_nothing_for_final_to_choose_measures_nothing(tmp_path):
+    g = HandoutGpu()
+    assert measured(tmp_path, g) is None  # no evidence file, none written
+    assert not evidence.path_for(GPU, tmp_path).exists()
+    p = plan.plan("final", [CONV1, CONV2], registry(g), None)
+    assert p.impls == ["gpu-student", "gpu-student"]
+
+
 def test_a_damaged_evidence_file_is_one_line_and_left_alone(tmp_path):
     path = evidence.path_for(GPU, tmp_path)
     for text in ("{not json", json.dumps({"format": "pyconv-evidence", "version": 1, "gpu": GPU, "layers": [{}]})):
@@ -144,6 +170,7 @@ def test_rebuild_keeps_first_use_measurements_that_no_bench_replaced(tmp_path):
 
 @pytest.mark.gpu
 @requires_gpu
+@needs_final_choice
 def test_final_measures_an_unseen_shape_on_the_gpu(tmp_path):
     """The real module: a random model's layers, at a batch the bench never ran, measured once and then reused."""
     from gpu_helpers import gpu

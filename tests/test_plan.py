@@ -83,12 +83,24 @@ def test_milestone_4_default_then_the_first_candidate_that_takes_the_layer():
 
 
 def test_a_build_without_a_default_runs_its_first_on_request_variant():
-    """A student handout: only the student's variant, on request everywhere."""
-    student = [V("gpu-student", 0), Variant("cpu-student", 0, "s", "cpu", roles={"m2": Role("on-request", "x")}),
-               NUMPY]
+    """A student handout: only the student's variant, on request everywhere (final included, as
+    native/student/student_gpu.cu registers it)."""
+    student = [V("gpu-student", 100, final="on-request"),
+               Variant("cpu-student", 100, "s", "cpu", roles={"m2": Role("on-request", "x")}), NUMPY]
     assert plan.plan("3", SITES, student).impls == ["gpu-student"] * 2
     assert plan.plan("4", SITES, student).impls == ["gpu-student"] * 2
     assert plan.plan("2", SITES, student).impls == ["cpu-student"] * 2  # never the numpy reference
+    # final has nothing to choose between: the student's, with or without evidence (a handout carries the
+    # project's evidence file, which ranks the ladder's variants it left out)
+    for evid in (None, ev(conv1=[("fused", 0.2), ("base", 0.5)], conv2=[("direct", 0.3)])):
+        p = plan.plan("final", SITES, student, evid)
+        assert p.impls == ["gpu-student"] * 2, p.lines()
+        assert all(c.why == "no final default in this build: the first variant that runs on request of the ladder"
+                   for c in p.layers), p.lines()
+    # a variant that cannot take a layer is named, as in milestones 3 and 4
+    picky = [V("gpu-student", 100, final="on-request", refuses=lambda s: "a student's file: too big")]
+    with pytest.raises(PyconvError, match=r"final: no variant of this build can run conv layer 1 .*too big"):
+        plan.plan("final", SITES, picky)
 
 
 def test_impl_runs_on_every_layer_or_names_the_layer_it_cannot_take():

@@ -26,6 +26,7 @@ from student_variants import skip_if_unstarted
 
 from pyconv import variants
 from pyconv.core import archs, reference
+from pyconv.core.errors import PyconvError
 
 NATIVE = ROOT / "native"
 SLOT = NATIVE / "student"
@@ -67,13 +68,13 @@ def slot_file(ext: str) -> Path:
 
 
 def skip_while_skeleton(ext: str) -> None:
-    if variants.holds_skeleton(slot_file(ext).read_text()):
+    if variants.holds_skeleton(slot_file(ext).read_text(), slot_file(ext)):
         pytest.skip(f"native/student/new-forward.{ext} still holds the course's skeleton: write your implementation "
                     "there and this test checks it against the reference")
 
 
 def skip_unless_skeleton(ext: str) -> None:
-    if not variants.holds_skeleton(slot_file(ext).read_text()):
+    if not variants.holds_skeleton(slot_file(ext).read_text(), slot_file(ext)):
         pytest.skip(f"native/student/new-forward.{ext} holds a student's own file, no longer the course's skeleton")
 
 
@@ -267,7 +268,8 @@ def test_loop_past_the_end_stops_with_one_line(cpu_harness, rng, tmp_path, old, 
 
 
 def test_registered_cpu_student_runs_the_slot():
-    """After `invoke build`: pyconv._cpu lists cpu-student and runs the slot's file (the skeleton in a clean tree)."""
+    """After `invoke build`: pyconv._cpu lists cpu-student and runs the slot's file: the skeleton stops at its
+    sentence (a clean tree), a student's own file is checked against the reference."""
     try:
         from pyconv import _cpu
     except ImportError:
@@ -280,11 +282,33 @@ def test_registered_cpu_student_runs_the_slot():
     assert v["device"] == "cpu"
     x = np.ones((1, 1, 6, 6), np.float32)
     k = np.ones((2, 1, 3, 3), np.float32)
-    if "Remove this line" not in (SLOT / "new-forward.h").read_text():
-        pytest.skip("the slot holds a student's own file")
+    if not variants.holds_skeleton(slot_file("h").read_text(), slot_file("h")):
+        _matches_on_a_small_problem(_cpu.conv, "cpu-student", v["rtol"])
+        return
     with pytest.raises(RuntimeError) as info:
         _cpu.conv("cpu-student", x, k)
     assert SKELETON_CPU.fullmatch(_one_line(str(info.value)))
+
+
+def _matches_on_a_small_problem(conv, name: str, rtol: float) -> None:
+    """The registered student variant, built from a slot holding the student's own file, on random non-zero
+    inputs (a module built before the file was written still stops at the skeleton: rebuild, invoke build)."""
+    shape = (2, 3, 9, 8, 4, 3)
+    x, k = random_conv_inputs(np.random.default_rng(408), shape)
+    rtol_, atol = tolerance(float(rtol) or variants.DEFAULT_RTOL, shape)  # a descriptor's 0: the default
+    assert_close(conv(name, x, k), reference.conv2d(x, k), rtol_, atol, what=f"{name} (the slot's file) {shape}")
+
+
+@needs_fixtures
+def test_a_finished_file_is_not_taken_for_the_skeleton():
+    """A finished new-forward.cuh keeps the skeleton's general template, CHECK sentence included (the course runs
+    float only): only the float specialisation's sentence marks an unstarted slot."""
+    good = FIXTURES / "good"
+    assert "Remove this line and replace it with your implementation." in (good / "new-forward.cuh").read_text()
+    for ext in ("h", "cuh"):
+        assert not variants.holds_skeleton((good / f"new-forward.{ext}").read_text(), f"new-forward.{ext}")
+    with pytest.raises(PyconvError, match="not a student slot"):
+        variants.holds_skeleton("", "forward.cu")
 
 
 @needs_fixtures
@@ -409,7 +433,8 @@ def test_public_solution_matches_the_reference_on_its_network(gpu_harness, rng, 
 @pytest.mark.gpu
 @requires_gpu
 def test_registered_gpu_student_runs_the_slot():
-    """After `invoke build`: pyconv._gpu lists gpu-student and runs the slot's file (the skeleton in a clean tree)."""
+    """After `invoke build`: pyconv._gpu lists gpu-student and runs the slot's file: the skeleton stops at its
+    sentence (a clean tree), a student's own file is checked against the reference."""
     try:
         from pyconv import _gpu
     except ImportError:
@@ -419,8 +444,9 @@ def test_registered_gpu_student_runs_the_slot():
         pytest.skip("pyconv._gpu was built without the student glue")
     (v,) = found
     assert all(v["roles"][m]["role"] == "on-request" for m in ("m3", "m4", "final"))
-    if "Remove this line" not in (SLOT / "new-forward.cuh").read_text():
-        pytest.skip("the slot holds a student's own file")
+    if not variants.holds_skeleton(slot_file("cuh").read_text(), slot_file("cuh")):
+        _matches_on_a_small_problem(_gpu.conv, "gpu-student", v["rtol"])
+        return
     with pytest.raises(RuntimeError) as info:
         _gpu.conv("gpu-student", np.ones((1, 1, 6, 6), np.float32), np.ones((2, 1, 3, 3), np.float32))
     assert SKELETON_GPU.fullmatch(_one_line(str(info.value)))

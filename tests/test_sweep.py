@@ -7,7 +7,9 @@ import json
 import math
 
 import pytest
-from gpu_helpers import StandInGpu, requires_gpu, use_stand_in_gpu
+from built_variants import GPU
+from gpu_helpers import StandInGpu, gpu, requires_gpu, use_stand_in_gpu
+from student_variants import skip_if_unstarted
 
 from pyconv.bench import gpu_layers, schema, sweep
 from pyconv.bench import run as bench
@@ -117,7 +119,10 @@ def test_goals_missed_and_unmeasured():
 @pytest.mark.gpu
 @requires_gpu
 def test_sweep_on_the_gpu_small(tmp_path, monkeypatch):
-    """The real module and cuDNN (where PyTorch has CUDA) on two drawn shapes at batch 8."""
+    """The real module and cuDNN (where PyTorch has CUDA) on two drawn shapes at batch 8: every variant the bench
+    takes by default (in a student handout the student's, which must hold code)."""
+    for name in bench.split_variants(None, GPU, [])[0]:
+        skip_if_unstarted(name, gpu().conv)
     first = sweep.draw_shapes()[:2]
     monkeypatch.setattr(sweep, "draw_shapes", lambda seed=sweep.SEED: first)
     result, dest = bench.run(batch=8, reps=2, warmup=1, sweep=True, out=str(tmp_path / "s.json"),

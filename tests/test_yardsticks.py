@@ -11,9 +11,11 @@ import sys
 
 import numpy as np
 import pytest
-from gpu_helpers import HAVE_GPU, random_model
+from built_variants import GPU
+from gpu_helpers import HAVE_GPU, gpu, random_model
+from student_variants import skip_if_unstarted
 
-from pyconv import native
+from pyconv import native, variants
 from pyconv.bench import end_to_end as e2e
 from pyconv.bench import goals, nvbench, tags, timing
 from pyconv.bench import run as bench
@@ -204,6 +206,8 @@ def test_nvbench_times_every_variant_and_cudnn(tmp_path):
     ok, why = nvbench.loadable()  # the bench below runs in a process of its own
     if not ok:
         pytest.skip(why)
+    for name in bench.split_variants(None, GPU, [])[0]:  # in a handout the student's, which must hold code
+        skip_if_unstarted(name, gpu().conv)
     out = tmp_path / "nv.json"
     proc = subprocess.run([sys.executable, "-m", "invoke", "bench", "--gpu", "--model", "sp19", "--batch", "64",
                            "--out", str(out)], cwd=paths.ROOT, capture_output=True, text=True, timeout=900)
@@ -212,8 +216,11 @@ def test_nvbench_times_every_variant_and_cudnn(tmp_path):
     assert r.settings.timing["method"] == "nvbench"
     for layer in r.layers:
         timed = [v for v in layer.variants if v.ms is not None]
-        assert timed and all(v.ms.method == "nvbench" and v.ms.noise_pct is not None and v.ms.warm_ms > 0
-                             and v.ms.sm_clock_mhz > 0 for v in timed)
+        assert timed and all(v.ms.method == "nvbench" and v.ms.noise_pct is not None and v.ms.sm_clock_mhz > 0
+                             for v in timed)
+        # warm (batched) samples for every variant but a student's, whose launch waits for the device (sync)
+        assert all((v.ms.warm_ms is None) == variants.is_student(v.variant) for v in timed)
+        assert all(v.ms.warm_ms is None or v.ms.warm_ms > 0 for v in timed)
         # the median, min and p90 are of the cold samples NVBench wrote (not its mean standing in for them)
         assert all(v.ms.p90 is not None and not v.ms.median_is_mean for v in timed)
         if r.torch is not None:
@@ -222,7 +229,8 @@ def test_nvbench_times_every_variant_and_cudnn(tmp_path):
     conv1, conv2 = r.layers
     readers = {v["name"] for v in native.gpu().variants() if v["reads_u8"]}
     u8_rows = [v for v in conv1.variants if v.variant in readers and v.ms is not None]
-    assert u8_rows and all(v.u8_check.passed and v.u8_ms.method == "nvbench" for v in u8_rows)
+    assert bool(u8_rows) == bool(readers)  # a handout's student variant reads float32 only
+    assert all(v.u8_check.passed and v.u8_ms.method == "nvbench" for v in u8_rows)
     assert not any(v.u8_ms or v.u8_check for v in conv2.variants)
     with pytest.raises(subprocess.CalledProcessError):  # the file exists: a second run to it is refused
         subprocess.run([sys.executable, "-m", "invoke", "bench", "--gpu", "--model", "sp19", "--batch", "64",
@@ -231,6 +239,49 @@ def test_nvbench_times_every_variant_and_cudnn(tmp_path):
 
 # ---------------------------------------------------------------------------------------------------------------
 # The NVBench path of the layer bench, with a stand-in GPU and a stand-in NVBench run
+
+
+def test_a_launch_that_waits_for_the_device_runs_without_the_blocking_kernel(monkeypatch):
+    """A student's launch synchronises the device (the course's glue): NVBench must exec it with sync=True, or
+    it waits forever behind the blocking kernel that holds the stream. Every other launch stays asynchronous."""
+    execs: dict[str, bool] = {}
+
+    class State:
+        def __init__(self, name):
+            self.name = name
+
+        def get_stream(self):
+            return type("Stream", (), {"addressof": lambda _self: 0xABC})()
+
+        def exec(self, fn, *, sync=False):
+            execs[self.name] = sync
+
+    class Registered:
+        def __getattr__(self, _setter):
+            return lambda *_args: None
+
+    class Module:
+        benchmarks: list = []
+
+        def register(self, fn):
+            self.benchmarks.append(fn)
+            return Registered()
+
+        def run_all_benchmarks(self, argv):
+            for fn in self.benchmarks:
+                fn(State(fn.__name__))
+            (out,) = [argv[i + 1] for i, a in enumerate(argv) if a == "--jsonbin"]
+            with open(out, "w") as f:
+                json.dump({"benchmarks": []}, f)
+
+    monkeypatch.setattr(nvbench, "_module", Module)
+    monkeypatch.setattr(nvbench, "_ran", False)
+    done: list[dict] = []
+    jobs = [nvbench.Job(name, lambda _stream: (lambda _s: None), done.append, sync)
+            for name, sync in (("ours", False), ("student", True))]
+    nvbench.run_jobs(jobs, echo=lambda _s: None)
+    assert execs == {"ours": False, "student": True}
+    assert len(done) == 2
 
 
 def test_the_layer_bench_hands_every_measurement_to_nvbench(tmp_path, rng, monkeypatch):

@@ -172,7 +172,7 @@ def bench_gpu_layer(g, site: dict, variants: list[Variant], roof: dict | None, r
             else:
                 for key, tp in timed:
                     what = "conv_tanh_pool" if tp else "conv"
-                    jobs.append(_variant_job(g, f"{prefix}/{name}/{what}", name, x, k, tp, row, key))
+                    jobs.append(_variant_job(g, f"{prefix}/{name}/{what}", name, x, k, tp, row, key, v.student))
             if v.reads_u8 and C == 1 and jobs is not None:
                 _u8_row(g, v, site, rng, row, jobs, prefix)
         except (ValueError, RuntimeError) as e:  # pyconv._gpu.CudaError is a RuntimeError
@@ -216,11 +216,11 @@ def _u8_row(g, v: Variant, site: dict, rng: np.random.Generator, row: dict, jobs
         return
     fused_site = site["tanh_pool_follows"]
     tp = fused_site and not v.pools  # a plain conv on a fused layer is timed with the shared tanh + pool kernels
-    jobs.append(_variant_job(g, f"{prefix}/{v.name}/u8", v.name, x8, k, tp, row, "u8_ms"))
+    jobs.append(_variant_job(g, f"{prefix}/{v.name}/u8", v.name, x8, k, tp, row, "u8_ms", v.student))
 
 
 def _variant_job(g, job_name: str, name: str, x: np.ndarray, k: np.ndarray, tanh_pool: bool, row: dict,
-                 key: str) -> Job:
+                 key: str, sync: bool = False) -> Job:
     def setup(_stream: int):
         return g.StagedConv(name, x, k, tanh_pool).launch  # runs once and waits (StagedConv)
 
@@ -230,7 +230,7 @@ def _variant_job(g, job_name: str, name: str, x: np.ndarray, k: np.ndarray, tanh
         else:
             row[key] = s
 
-    return Job(job_name, setup, done)
+    return Job(job_name, setup, done, sync)
 
 
 def finish_layer(layer: dict) -> None:

@@ -96,11 +96,15 @@ def _check_count(value, what: str, low: int) -> int:
 
 def split_variants(wanted: str | None, gpu_names: list[str], cpu_names: list[str]) -> tuple[list[str], list[str]]:
     """--variants a,b: the GPU and the CPU names among them (each list in registry order); no flag: all of both
-    but the student's (cpu-student, gpu-student: on request). A part whose registry none of the names belongs to
-    gets none."""
+    but the student's (cpu-student, gpu-student: on request), or, in a part that has no variant but the
+    student's (a student handout), the student's: as the milestones run them there. A part whose registry none
+    of the names belongs to gets none."""
     if not wanted:
-        return ([n for n in gpu_names if not registry.is_student(n)],
-                [n for n in cpu_names if not registry.is_student(n)])
+        def default(names: list[str]) -> list[str]:
+            ours = [n for n in names if not registry.is_student(n)]
+            return ours or list(names)
+
+        return default(gpu_names), default(cpu_names)
     names = [w.strip() for w in str(wanted).split(",") if w.strip()]
     unknown = [n for n in names if n not in gpu_names and n not in cpu_names]
     if unknown or not names:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..core import paths
 from ..core.errors import PyconvError
-from ..variants import SKELETON_MARK, holds_skeleton
+from ..variants import SKELETON_MARKS, holds_skeleton
 
 # Paths (a trailing / is a folder) that a handout leaves out, with why.
 LEFT_OUT = (
@@ -92,8 +92,9 @@ def write_handout(dest, root: Path = paths.ROOT, say=print) -> Path:
         for slot in SLOTS:
             if slot not in names:
                 raise PyconvError(f"{slot} is not in the committed tree: the handout needs the student slots")
-            if not holds_skeleton(tar.extractfile(slot).read().decode(errors="replace")):
-                raise PyconvError(f"the committed {slot} is not the course's skeleton (no '{SKELETON_MARK}...'): "
+            if not holds_skeleton(tar.extractfile(slot).read().decode(errors="replace"), slot):
+                mark = SKELETON_MARKS[Path(slot).name]
+                raise PyconvError(f"the committed {slot} is not the course's skeleton (no '{mark}'): "
                                   "a handout must not carry a solution")
         dest.mkdir(parents=True, exist_ok=True)
         for m in members:
