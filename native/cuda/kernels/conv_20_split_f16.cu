@@ -21,12 +21,12 @@
 // - Why step 13 takes about twice its own prediction (its header) on sp19 conv2
 //   (results/bench-nvidia-h200-2026-11-23-steps16-18.json): per k-step each lane runs a dependent chain (offset
 //   table -> image load -> cvt -> MMA) across a 4-warp block, one image at a time between two __syncthreads, and
-//   its n-tiles are guarded by a branch each. Here: up to 6 n-tiles per warp with no dependence between them (12 independent LDS.64 and 18 MMAs per
-//   k-step once the k-step's two pair offsets are in registers; the per-tile test is compiled only into the loop
-//   of a warp whose last n-tiles fall past the image), all of an image's n-tiles in one block of up to 8 warps
-//   (sp19 conv2: 41 n-tiles = 7 warps x 6, one slot idle), two images in flight per block in the cp.async ring
-//   (when shared memory allows), and the weights' A fragments (hi and lo) built once per block in fragment order
-//   (two LDS.128 per lane per k-step, shared by the warp's n-tiles).
+//   its n-tiles are guarded by a branch each. Here: up to 6 n-tiles per warp with no dependence between them (12
+//   independent LDS.64 and 18 MMAs per k-step once the k-step's two pair offsets are in registers; the per-tile
+//   test is compiled only into the loop of a warp whose last n-tiles fall past the image), all of an image's
+//   n-tiles in one block of up to 8 warps (sp19 conv2: 41 n-tiles = 7 warps x 6, one slot idle), two images in
+//   flight per block in the cp.async ring (when shared memory allows), and the weights' A fragments (hi and lo)
+//   built once per block in fragment order (two LDS.128 per lane per k-step, shared by the warp's n-tiles).
 // - Generality: any C, H, W, M, K whose image (split, two copies: 8 bytes per input) and weights (4 bytes per
 //   filter tap, split, padded to 16 filters) fit in shared memory; output images of any pixel count (n-tiles loop
 //   in groups of warps x NT over the image); M > 16 loops over m-tiles in the block on the image already loaded
@@ -311,8 +311,8 @@ std::string plan(const ConvShape& s, SplitParams& p) {
   while (p.depth > 0 && smem_bytes(p) > kSmemLimit) --p.depth;
   if (smem_bytes(p) > kSmemLimit) {
     const size_t weights = fixed_bytes(p) - size_t(p.split_words) * 8;
-    return "gpu-split-f16: a " + std::to_string(s.C) + "x" + std::to_string(s.H) + "x" + std::to_string(s.W) +
-           " image split into two FP16 copies (" + std::to_string(size_t(p.split_words) * 8 / 1024) +
+    return "gpu-split-f16: a " + std::to_string(s.C) + "-channel " + std::to_string(s.H) + "x" +
+           std::to_string(s.W) + " image split into two FP16 copies (" + std::to_string(size_t(p.split_words) * 8 / 1024) +
            " KB) and " + std::to_string(s.M) + " split filters (" + std::to_string(weights / 1024) +
            " KB) need more than the " + std::to_string(kSmemLimit / 1024) + " KB of shared memory one block has";
   }
