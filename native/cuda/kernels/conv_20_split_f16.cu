@@ -31,8 +31,9 @@
 //   filter tap, split, padded to 16 filters) fit in shared memory; output images of any pixel count (n-tiles loop
 //   in groups of warps x NT over the image); M > 16 loops over m-tiles in the block on the image already loaded
 //   (step 13 reloads the image per 16 filters). With no room for a staging buffer the split reads global memory.
-// Bank conflicts of the image loads (a model of the 64-bit loads, 16 eight-byte slots per half-warp): O starts 8
-// words (64 bytes) off E's alignment; measured in the model at 1.3x the conflict-free count on sp19 conv2.
+// Bank conflicts of the image loads: the row pitch and where copy O starts are chosen per shape with a model of the
+// 64-bit loads (bank_wavefronts); on sp19 conv2 the model puts the chosen layout at 1.1x the conflict-free count
+// (1.3x with the tightest pitch).
 // Predicted before measuring (H200, sp19 conv2, B=10000; 41 n-tiles x 12 k-steps per image, 7 warps of 126
 // registers: 2 blocks = 14 warps per SM):
 //   MMAs 41 x 12 x 3 = 1476 per image, 14.8 M in all (112 K per SM: 0.06-0.12 ms at 1-0.5 MMA/clock/SM);
@@ -42,9 +43,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "cuda/kernels/fast_div.cuh"
 #include "cuda/runtime/cuda_check.cuh"
@@ -118,10 +123,16 @@ __device__ __forceinline__ void split_image(uint2* s_img, const float* src, cons
 }
 
 // Word offset of pair `pair` (c, ky, q) from a pixel's base word; padded pairs (weight 0) read word 0 of it.
-__device__ __forceinline__ int pair_offset(int pair, const SplitParams& p) {
+__host__ __device__ __forceinline__ int pair_offset(int pair, const SplitParams& p) {
   if (pair >= p.npairs) return 0;
   const int per_c = p.K * p.KH, c = pair / per_c, rem = pair - c * per_c, ky = rem / p.KH;
   return (c * p.H + ky) * p.Wh + (rem - ky * p.KH);
+}
+
+// Base word of output pixel (oy, ox): copy E for an even column, O for an odd one (the pair then starts one
+// element into the word before).
+__host__ __device__ __forceinline__ int pixel_word(int oy, int ox, const SplitParams& p) {
+  return ((ox & 1) ? p.o_base : 0) + oy * p.Wh + (ox >> 1);
 }
 
 // The k-steps of one m-tile over the warp's n-tiles. GUARDED: only the first nv n-tiles are real (the warp-uniform
@@ -219,7 +230,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
           int w = 0;
           if (n < p.P) {
             const int oy = int(p.div_wo.div(uint32_t(n))), ox = n - oy * p.Wo;
-            w = ((ox & 1) ? p.o_base : 0) + oy * p.Wh + (ox >> 1);
+            w = pixel_word(oy, ox, p);
           }
           base[i] = w;
         }
@@ -285,9 +296,21 @@ size_t fixed_bytes(const SplitParams& p) {
 }
 size_t smem_bytes(const SplitParams& p) { return fixed_bytes(p) + size_t(p.depth) * p.img_pitch * 4; }
 
+// Row pitch (Wh: (W + 2) / 2 words plus `extra`) and where copy O starts (o_shift words past a 128-byte line
+// boundary); then the deepest staging ring that fits.
+void set_layout(SplitParams& p, int extra, int o_shift) {
+  p.Wh = (p.W + 2) / 2 + extra;
+  p.plane_words = p.rows * p.Wh;
+  p.o_base = (p.plane_words + 15) / 16 * 16 + o_shift;
+  p.split_words = (p.o_base + p.plane_words + 1) / 2 * 2;
+  p.div_wh = FastDiv(uint32_t(p.Wh));
+  p.depth = 2;
+  while (p.depth > 0 && smem_bytes(p) > kSmemLimit) --p.depth;
+}
+
 std::string plan(const ConvShape& s, SplitParams& p) {
   const int64_t img = s.C * s.H * s.W, P = s.Ho() * s.Wo(), KH = (s.K + 1) / 2;
-  const int64_t npairs = s.C * s.K * KH, Wh = (s.W + 2) / 2;
+  const int64_t npairs = s.C * s.K * KH;
   if (img > (int64_t(1) << 24) || npairs > (int64_t(1) << 20) || s.M > (int64_t(1) << 20))
     return "gpu-split-f16: image or weights too large";
   p.C = int(s.C); p.H = int(s.H); p.W = int(s.W); p.M = int(s.M); p.K = int(s.K);
@@ -297,26 +320,81 @@ std::string plan(const ConvShape& s, SplitParams& p) {
   p.npairs = int(npairs);
   p.ksteps = int((npairs + 7) / 8);
   p.mtiles = int((s.M + 15) / 16);
-  p.Wh = int(Wh);
   p.rows = int(s.C * s.H);
-  p.plane_words = int(s.C * s.H * Wh);
-  p.o_base = (p.plane_words + 15) / 16 * 16 + 8;  // 64 bytes off E's alignment: fewer bank conflicts (header)
-  p.split_words = (p.o_base + p.plane_words + 1) / 2 * 2;
   p.img_floats = int(img);
   p.img_pitch = int((img + 3) / 4 * 4);
   p.vec4 = img % 4 == 0;
-  p.div_wh = FastDiv(uint32_t(p.Wh));
   p.div_wo = FastDiv(uint32_t(p.Wo));
-  p.depth = 2;
-  while (p.depth > 0 && smem_bytes(p) > kSmemLimit) --p.depth;
+  set_layout(p, 0, 8);  // the tightest pitch; the launcher may pad it (choose_layout)
   if (smem_bytes(p) > kSmemLimit) {
     const size_t weights = fixed_bytes(p) - size_t(p.split_words) * 8;
     return "gpu-split-f16: a " + std::to_string(s.C) + "-channel " + std::to_string(s.H) + "x" +
-           std::to_string(s.W) + " image split into two FP16 copies (" + std::to_string(size_t(p.split_words) * 8 / 1024) +
-           " KB) and " + std::to_string(s.M) + " split filters (" + std::to_string(weights / 1024) +
-           " KB) need more than the " + std::to_string(kSmemLimit / 1024) + " KB of shared memory one block has";
+           std::to_string(s.W) + " image split into two FP16 copies (" +
+           std::to_string(size_t(p.split_words) * 8 / 1024) + " KB) and " + std::to_string(s.M) +
+           " split filters (" + std::to_string(weights / 1024) + " KB) need more than the " +
+           std::to_string(kSmemLimit / 1024) + " KB of shared memory one block has";
   }
   return "";
+}
+
+// The bank model of the image loads: a warp's LDS.64 is served per half-warp (lanes g = 0..3 or 4..7, t = 0..3);
+// equal words are broadcast, distinct words in the same one of the 16 eight-byte slots of a 128-byte line take a
+// wavefront each. Summed over the loads of the first 24 n-tiles and 12 k-steps of an image.
+long bank_wavefronts(const SplitParams& p) {
+  long total = 0;
+  for (int tile = 0; tile < std::min(p.tiles, 24); ++tile) {
+    int base[8];
+    for (int g = 0; g < 8; ++g) {
+      const int n = tile * 8 + g;
+      base[g] = n < p.P ? pixel_word(n / p.Wo, n % p.Wo, p) : 0;
+    }
+    for (int ks = 0; ks < std::min(p.ksteps, 12); ++ks)
+      for (int h = 0; h < 2; ++h) {
+        int off[4];
+        for (int t = 0; t < 4; ++t) off[t] = pair_offset(ks * 8 + t + 4 * h, p);
+        for (int half = 0; half < 2; ++half) {
+          int words[16], n = 0;
+          for (int g = 4 * half; g < 4 * half + 4; ++g)
+            for (int t = 0; t < 4; ++t) {
+              const int w = base[g] + off[t];
+              if (std::find(words, words + n, w) == words + n) words[n++] = w;
+            }
+          int per_slot[16] = {}, worst = 0;
+          for (int i = 0; i < n; ++i) worst = std::max(worst, ++per_slot[words[i] & 15]);
+          total += worst;
+        }
+      }
+  }
+  return total;
+}
+
+// Which pixels of an n-tile share a half-warp, and so which words collide, depends on Wo, Wh and where copy O
+// starts: per shape (once, then cached) the layout with the fewest modelled wavefronts among up to 7 extra words
+// of row pitch and 8 positions of O that keep the staging ring as deep.
+void choose_layout(SplitParams& p) {
+  static std::mutex mu;
+  static std::map<std::array<int, 5>, std::pair<int, int>> chosen;
+  const std::array<int, 5> key{p.C, p.H, p.W, p.M, p.K};
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    const auto it = chosen.find(key);
+    if (it != chosen.end()) return set_layout(p, it->second.first, it->second.second);
+  }
+  std::pair<int, int> best{0, 8};
+  long best_cost = bank_wavefronts(p);
+  for (int extra = 0; extra <= 7; ++extra)
+    for (int o_shift : {8, 4, 12, 6, 10, 2, 14, 0}) {
+      SplitParams q = p;
+      set_layout(q, extra, o_shift);
+      if (q.depth < p.depth || smem_bytes(q) > kSmemLimit) continue;
+      const long cost = bank_wavefronts(q);
+      if (cost < best_cost) best_cost = cost, best = {extra, o_shift};
+    }
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    chosen[key] = best;
+  }
+  set_layout(p, best.first, best.second);
 }
 
 }  // namespace
@@ -331,6 +409,7 @@ void conv_fwd_gpu_split_f16(const float* x, const float* k, float* y, const Conv
   const std::string why = plan(s, p);
   if (!why.empty()) throw std::invalid_argument(why);
   if (s.B == 0) return;
+  choose_layout(p);
   int warps = 0;
   const Config& c = pick(p.tiles, warps);
   const size_t smem = smem_bytes(p);
