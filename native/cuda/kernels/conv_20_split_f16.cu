@@ -222,7 +222,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
         // This warp's n-tiles of the group: tg + warp, + warps, ... (nv of them, warp-uniform); per tile the base
         // word of this lane's pixel (column g): copy E for an even pixel column, O for an odd one.
         const int first = tg + warp;
-        const int nv = first < p.tiles ? min(NT, (p.tiles - first + warps - 1) / warps) : 0;
+        if (first >= p.tiles) continue;  // a last group with fewer n-tiles than warps (no barrier inside)
+        const int nv = min(NT, (p.tiles - first + warps - 1) / warps);
         int base[NT];
 #pragma unroll
         for (int i = 0; i < NT; ++i) {
