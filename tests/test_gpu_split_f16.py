@@ -23,9 +23,9 @@ pytestmark = needs(NAME)
 SHAPES = [
     (3, 6, 22, 22, 16, 5),      # sp19 conv2 (two images in flight per block)
     (2, 6, 30, 30, 16, 5),      # sp18 conv2
-    (2, 12, 33, 33, 24, 5),     # fa19 conv2: M = 24 (two m-tiles), one image in flight
+    (2, 12, 33, 33, 24, 5),     # fa19 conv2: M = 24 (two m-tiles per pass), n-tile groups loop, one image in flight
     (2, 12, 33, 33, 24, 7),     # fa18 conv2: K = 7, no room for staging (split from global memory)
-    (3, 1, 28, 28, 50, 5),      # fa17 conv1: C = 1, four m-tiles
+    (3, 1, 28, 28, 50, 5),      # fa17 conv1: C = 1, two passes of two m-tiles
     (2, 2, 100, 100, 5, 3),     # 9604 output pixels: n-tile groups loop over the image
     (1, 1, 7, 7, 5, 7),         # one output pixel
     (5, 5, 13, 11, 7, 3),       # 99 pixels: odd count, scalar stores
@@ -33,7 +33,7 @@ SHAPES = [
     (2, 4, 9, 7, 3, 1),         # K = 1: one tap, half of every pair empty
     (3, 3, 8, 9, 17, 2),        # K = 2: full pairs; M = 17
     (2, 2, 9, 10, 5, 4),        # K = 4
-    (3, 3, 12, 13, 33, 3),      # M = 33: three m-tiles
+    (3, 3, 12, 13, 33, 3),      # M = 33: three m-tiles padded to four (two passes)
     (5000, 1, 6, 7, 2, 3),      # more images than persistent blocks: each block walks several
 ]
 

@@ -29,17 +29,20 @@
 //   built once per block in fragment order (two LDS.128 per lane per k-step, shared by the warp's n-tiles).
 // - Generality: any C, H, W, M, K whose image (split, two copies: 8 bytes per input) and weights (4 bytes per
 //   filter tap, split, padded to 16 filters) fit in shared memory; output images of any pixel count (n-tiles loop
-//   in groups of warps x NT over the image); M > 16 loops over m-tiles in the block on the image already loaded
-//   (step 13 reloads the image per 16 filters). With no room for a staging buffer the split reads global memory.
+//   in groups of warps x NT over the image); M > 16 runs two m-tiles per pass on the image already loaded, each
+//   image load feeding both (step 13 reloads the image per 16 filters, in another block). With no room for a
+//   staging buffer the split reads global memory.
 // Bank conflicts of the image loads: the row pitch and where copy O starts are chosen per shape with a model of the
 // 64-bit loads (bank_wavefronts); on sp19 conv2 the model puts the chosen layout at 1.1x the conflict-free count
-// (1.3x with the tightest pitch).
-// Predicted before measuring (H200, sp19 conv2, B=10000; 41 n-tiles x 12 k-steps per image, 7 warps of 126
+// (1.3x with the tightest pitch), sp18 conv2 at 1.1x (2.0x); fa19 conv2 stays at 1.8x (the pitches the model
+// prefers leave no room for its staging buffer).
+// Predicted before measuring (H200, sp19 conv2, B=10000; 41 n-tiles x 12 k-steps per image, 7 warps of 127
 // registers: 2 blocks = 14 warps per SM):
 //   MMAs 41 x 12 x 3 = 1476 per image, 14.8 M in all (112 K per SM: 0.06-0.12 ms at 1-0.5 MMA/clock/SM);
-//   shared memory per image: image loads 41 x 12 x 2 x 256 B = 252 KB (x1.3 conflicts = 328 KB), A fragments
-//   7 warps x 12 x 1 KB = 84 KB, split 19 KB read + 25 KB written, staging 12 KB: ~470 KB, 36 MB per SM at
-//   128 B/clock = 0.15 ms (the bound); DRAM 116 MB + 207 MB = 323 MB (~0.08 ms) overlapped. ~0.15 ms.
+//   shared memory per image: image loads 41 x 12 x 2 x 256 B = 252 KB (x1.1 conflicts = 277 KB), A fragments
+//   7 warps x 12 x 1 KB = 84 KB, split 19 KB read + 25 KB written, staging 12 KB: ~420 KB, 32 MB per SM (76
+//   images) at 128 B/clock = 0.14 ms at 1.8 GHz (the bound); DRAM 116 MB + 207 MB = 323 MB (~0.08 ms)
+//   overlapped. ~0.14 ms.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -70,7 +73,7 @@ struct SplitParams {
   int KH;           // ceil(K / 2): tap pairs per filter row
   int npairs;       // C * K * KH
   int ksteps;       // ceil(npairs / 8): one m16n8k16 k-step is 8 pairs
-  int mtiles;       // ceil(M / 16)
+  int mtiles;       // ceil(M / 16), rounded up to even when > 1 (two m-tiles per pass)
   int Wh;           // 8-byte words per plane row: columns 0 .. 2*Wh-1 cover W plus at least one zero column
   int rows;         // C * H
   int plane_words;  // rows * Wh: one copy (E or O)
@@ -135,27 +138,33 @@ __host__ __device__ __forceinline__ int pixel_word(int oy, int ox, const SplitPa
   return ((ox & 1) ? p.o_base : 0) + oy * p.Wh + (ox >> 1);
 }
 
-// The k-steps of one m-tile over the warp's n-tiles. GUARDED: only the first nv n-tiles are real (the warp-uniform
-// test per n-tile is compiled only into the partial case, so a full warp's loads and MMAs are free to interleave).
-template <int NT, bool GUARDED>
-__device__ __forceinline__ void k_loop(float (&acc)[NT][4], float (&cor)[NT][4], const int (&base)[NT], int nv,
-                                       const uint4* ah_p, const uint4* al_p, const int2* off_p, const uint2* s_img,
-                                       int ksteps) {
+// The k-steps of MT m-tiles over the warp's n-tiles: each image load feeds the MMAs of every m-tile. GUARDED:
+// only the first nv n-tiles are real (the warp-uniform test per n-tile is compiled only into the partial case, so
+// a full warp's loads and MMAs are free to interleave).
+template <int MT, int NT, bool GUARDED>
+__device__ __forceinline__ void k_loop(float (&acc)[MT][NT][4], float (&cor)[MT][NT][4], const int (&base)[NT],
+                                       int nv, const uint4* ah_p, const uint4* al_p, int mt_stride,
+                                       const int2* off_p, const uint2* s_img, int ksteps) {
   for (int ks = 0; ks < ksteps; ++ks) {
-    const uint4 ah = ah_p[ks * 32], al = al_p[ks * 32];
+    uint4 ah[MT], al[MT];
+#pragma unroll
+    for (int j = 0; j < MT; ++j) ah[j] = ah_p[j * mt_stride + ks * 32], al[j] = al_p[j * mt_stride + ks * 32];
     const int2 o = off_p[ks * 4];
 #pragma unroll
     for (int i = 0; i < NT; ++i) {
       if (GUARDED && i >= nv) continue;
       const uint2 v0 = s_img[base[i] + o.x], v1 = s_img[base[i] + o.y];  // pairs t, t+4: (hi, lo) each
-      mma_f16(acc[i], ah.x, ah.y, ah.z, ah.w, v0.x, v1.x);
-      mma_f16(cor[i], ah.x, ah.y, ah.z, ah.w, v0.y, v1.y);
-      mma_f16(cor[i], al.x, al.y, al.z, al.w, v0.x, v1.x);
+#pragma unroll
+      for (int j = 0; j < MT; ++j) {
+        mma_f16(acc[j][i], ah[j].x, ah[j].y, ah[j].z, ah[j].w, v0.x, v1.x);
+        mma_f16(cor[j][i], ah[j].x, ah[j].y, ah[j].z, ah[j].w, v0.y, v1.y);
+        mma_f16(cor[j][i], al[j].x, al[j].y, al[j].z, al[j].w, v0.x, v1.x);
+      }
     }
   }
 }
 
-template <int NT>
+template <int MT, int NT>
 __global__ void __launch_bounds__(kMaxWarps * 32)
     conv_fwd_gpu_split_f16_kernel(const float* __restrict__ x, const float* __restrict__ k, float* __restrict__ y,
                                   const SplitParams p) {
@@ -215,9 +224,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
       slot = slot + 1 == p.depth ? 0 : slot + 1;
     }
 
-    for (int mt = 0; mt < p.mtiles; ++mt) {
-      const uint4* ah_p = s_ah + mt * p.ksteps * 32 + lane;
-      const uint4* al_p = s_al + mt * p.ksteps * 32 + lane;
+    for (int mt0 = 0; mt0 < p.mtiles; mt0 += MT) {  // p.mtiles is a multiple of MT (zero filters pad it)
+      const uint4* ah_p = s_ah + mt0 * p.ksteps * 32 + lane;
+      const uint4* al_p = s_al + mt0 * p.ksteps * 32 + lane;
       for (int tg = 0; tg < p.tiles; tg += warps * NT) {
         // This warp's n-tiles of the group: tg + warp, + warps, ... (nv of them, warp-uniform); per tile the base
         // word of this lane's pixel (column g): copy E for an even pixel column, O for an odd one.
@@ -235,26 +244,28 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
           }
           base[i] = w;
         }
-        float acc[NT][4], cor[NT][4];
+        float acc[MT][NT][4], cor[MT][NT][4];
 #pragma unroll
-        for (int i = 0; i < NT; ++i)
+        for (int j = 0; j < MT; ++j)
 #pragma unroll
-          for (int r = 0; r < 4; ++r) acc[i][r] = cor[i][r] = 0.0f;
+          for (int i = 0; i < NT; ++i)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[j][i][r] = cor[j][i][r] = 0.0f;
         if (nv == NT)
-          k_loop<NT, false>(acc, cor, base, nv, ah_p, al_p, s_off + t, s_img, p.ksteps);
+          k_loop<MT, NT, false>(acc, cor, base, nv, ah_p, al_p, p.ksteps * 32, s_off + t, s_img, p.ksteps);
         else
-          k_loop<NT, true>(acc, cor, base, nv, ah_p, al_p, s_off + t, s_img, p.ksteps);
+          k_loop<MT, NT, true>(acc, cor, base, nv, ah_p, al_p, p.ksteps * 32, s_off + t, s_img, p.ksteps);
         // D rows g and g+8 are filters, columns 2t and 2t+1 consecutive pixels of the image: straight to y.
 #pragma unroll
         for (int i = 0; i < NT; ++i) {
           if (i >= nv) continue;
           const int n = (first + i * warps) * 8 + 2 * t;
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int m = mt * 16 + g + 8 * h;
+          for (int jh = 0; jh < 2 * MT; ++jh) {
+            const int j = jh / 2, h = jh % 2, m = (mt0 + j) * 16 + g + 8 * h;
             if (m >= p.M) continue;
-            const float o0 = fmaf(cor[i][2 * h], kSplitUnscale, acc[i][2 * h]);
-            const float o1 = fmaf(cor[i][2 * h + 1], kSplitUnscale, acc[i][2 * h + 1]);
+            const float o0 = fmaf(cor[j][i][2 * h], kSplitUnscale, acc[j][i][2 * h]);
+            const float o1 = fmaf(cor[j][i][2 * h + 1], kSplitUnscale, acc[j][i][2 * h + 1]);
             float* yo = y + (b * p.M + m) * p.P + n;
             if ((p.P % 2) == 0 && n + 1 < p.P) {
               __stcs(reinterpret_cast<float2*>(yo), make_float2(o0, o1));  // y is written once: evict first
@@ -272,22 +283,26 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
 using SplitKernel = void (*)(const float*, const float*, float*, const SplitParams);
 
 struct Config {
-  int nt;
+  int mt, nt;
   SplitKernel kernel;
 };
 
-// The fewest n-tiles per warp (accumulators: 8 per n-tile) that let at most 8 warps cover an image in one group;
-// NT = 6 beyond 48 n-tiles (the groups then loop). NT = 8 took 128 registers and spilled (ptxas -v).
-const Config& pick(int tiles, int& warps) {
-  static const Config configs[] = {{2, conv_fwd_gpu_split_f16_kernel<2>},
-                                   {4, conv_fwd_gpu_split_f16_kernel<4>},
-                                   {6, conv_fwd_gpu_split_f16_kernel<6>}};
-  const Config* c = &configs[2];
-  for (const Config& cc : configs)
-    if (tiles <= cc.nt * kMaxWarps) {
-      c = &cc;
-      break;
-    }
+// MT = 2 m-tiles per pass when M > 16 (each image load feeds 6 MMAs, not 3), else 1. Then the fewest n-tiles per
+// warp (accumulators: 8 per n-tile and m-tile, 48 at most) that let at most 8 warps cover an image in one group;
+// the largest beyond that (the groups then loop). 64 accumulators (NT = 8) took 128 registers and spilled.
+const Config& pick(int M, int tiles, int& warps) {
+  static const Config configs[] = {
+      {1, 2, conv_fwd_gpu_split_f16_kernel<1, 2>}, {1, 4, conv_fwd_gpu_split_f16_kernel<1, 4>},
+      {1, 6, conv_fwd_gpu_split_f16_kernel<1, 6>}, {2, 1, conv_fwd_gpu_split_f16_kernel<2, 1>},
+      {2, 2, conv_fwd_gpu_split_f16_kernel<2, 2>}, {2, 3, conv_fwd_gpu_split_f16_kernel<2, 3>},
+  };
+  const int mt = M > 16 ? 2 : 1;
+  const Config* c = nullptr;
+  for (const Config& cc : configs) {
+    if (cc.mt != mt) continue;
+    c = &cc;  // the last of this MT when none covers the image
+    if (tiles <= cc.nt * kMaxWarps) break;
+  }
   warps = std::min(kMaxWarps, (tiles + c->nt - 1) / c->nt);
   return *c;
 }
@@ -321,6 +336,7 @@ std::string plan(const ConvShape& s, SplitParams& p) {
   p.npairs = int(npairs);
   p.ksteps = int((npairs + 7) / 8);
   p.mtiles = int((s.M + 15) / 16);
+  if (p.mtiles > 1) p.mtiles += p.mtiles % 2;  // M > 16 runs two m-tiles per pass (pick)
   p.rows = int(s.C * s.H);
   p.img_floats = int(img);
   p.img_pitch = int((img + 3) / 4 * 4);
@@ -412,7 +428,7 @@ void conv_fwd_gpu_split_f16(const float* x, const float* k, float* y, const Conv
   if (s.B == 0) return;
   choose_layout(p);
   int warps = 0;
-  const Config& c = pick(p.tiles, warps);
+  const Config& c = pick(p.M, p.tiles, warps);
   const size_t smem = smem_bytes(p);
   const int threads = warps * 32;
   CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
