@@ -155,12 +155,13 @@ requires_split = pytest.mark.skipif(_gpu is None or SPLIT not in fused_variants(
 
 # (B, H, W, M, K): every K it takes (its pair layout differs per K), odd conv outputs in both directions (the pool
 # drops the last row / column), widths that leave most of the last 8-pixel m-tile empty, one to eight n-tiles of
-# filters (M = 64: the largest it takes), and the course's first layers.
+# filters (M = 64: the largest it takes), the course's first layers, and batches beyond one image per block.
 SPLIT_SHAPES = [
     (3, 48, 48, 6, 5), (2, 28, 28, 50, 5), (2, 70, 70, 12, 5), (2, 64, 64, 6, 5),
     (5, 21, 23, 12, 5), (3, 17, 25, 5, 5), (4, 13, 16, 6, 5), (3, 9, 12, 5, 5), (2, 6, 6, 64, 5),
     (3, 12, 13, 4, 3), (3, 11, 10, 9, 7), (2, 20, 19, 16, 6), (2, 9, 9, 3, 4), (2, 7, 8, 2, 2), (2, 5, 6, 7, 1),
     (2, 33, 35, 13, 7), (2, 30, 31, 7, 5), (133, 24, 40, 17, 3),
+    (3001, 12, 13, 9, 3), (2500, 48, 48, 6, 5),  # several images per persistent block (at most ~1,100 blocks)
 ]
 
 
@@ -193,7 +194,7 @@ def test_split_f16_uint8_path(shape):
     rng = np.random.default_rng(SEED + 20)
     model = first_layer_net(H, W, M, rng, K)
     net = network_of(model)
-    x = rng.integers(0, 256, (97, 1, H, W), dtype=np.uint8)
+    x = rng.integers(0, 256, (1500, 1, H, W), dtype=np.uint8)  # several images per persistent block
     got = net.logits(x, [SPLIT])
     a = reference.tanh_maxpool2(reference.conv2d(x.astype(np.float32), model.layers[0].weight)).reshape(len(x), -1)
     assert 0.02 < np.abs(a).mean() < 0.98  # the tanh neither flat nor saturated: the logits see the conv

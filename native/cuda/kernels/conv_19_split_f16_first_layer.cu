@@ -38,38 +38,38 @@
 //   cuobjdump --dump-sass). Row pitch = 4 mod 8 and copy stride = 16 mod 32 entries keep every fragment load
 //   free of bank conflicts (lanes g, t: copy g & 1 in the other half of the banks, t * pitch or t apart, g / 2
 //   consecutive). Entries past the image's right edge are zero (finite values under the dropped columns).
-// - Block = 8 warps, persistent over images (b += gridDim.x), as many blocks per SM as fit (registers: the
-//   launch configurations below). Per image two barriers: (1) the raw image has landed (cp.async, issued one
-//   image ahead into the other raw slot); the threads split it into the E/O copies (uint8: widened) and write the
-//   previous image's pooled output from the staging buffer to y; (2) warps take m-tiles (every 8th), all n-tiles
-//   of one m-tile (the A fragments loaded once), and leave the pooled values in the staging buffer [M][plane],
-//   which is written out coalesced (float4 where a pooled plane is whole 16-byte blocks) after the next barrier:
-//   y (116 MB on sp19 conv1) is the biggest traffic. Weights: B fragments (hi, lo) per n-tile and k-step in
-//   shared memory, one LDS.128 per lane; for M <= 8 (one n-tile) held in registers for the whole kernel.
+// - Block = 8 warps, persistent over images (b += gridDim.x), as many blocks per SM as fit (4 on sp19 and fa17,
+//   1 on fa19, whose float image, copies and staging take 143 KB). Per image two barriers: (1) the raw image has
+//   landed (cp.async, issued one image ahead into the other raw slot); the threads split it into the E/O copies
+//   (uint8: widened) and write the previous image's pooled output from the staging buffer to y; (2) warps take
+//   m-tiles (every 8th), all n-tiles of one m-tile (the A fragments loaded once), and leave the pooled values in
+//   the staging buffer [M][plane], which is written out coalesced (float4 where a pooled plane is whole 16-byte
+//   blocks) after the next barrier: y (116 MB on sp19 conv1) is the biggest traffic. Weights: B fragments (hi,
+//   lo) per n-tile and k-step in shared memory, one LDS.128 per lane; for M <= 8 (one n-tile) held in registers.
+// - Per m-tile bookkeeping kept small (an earlier version of this file spent 88 SASS instructions per sp19 m-tile,
+//   48 of them neither loads, MMAs nor epilogue): a table in shared memory gives each m-tile's origin, staging
+//   offset and first pooled column (one LDS.128 instead of index arithmetic and a wrapping column counter); row
+//   g+8 and the lo plane are uniform offsets folded into the loads' addresses ([R + UR + imm]); the lane's
+//   filter, column limit and staging address are computed once. sm_90 SASS of one sp19 m-tile:
+//   59 instructions for float input (16 LDS, 6 HMMA, 3 NOP, ~20 of epilogue, ~14 other), 47 for uint8; K = 3:
+//   45, K = 7: 95.
 // Precision contract: FP32-accurate (held to the float32 tolerance) for |x| and |w| below fp16's overflow
 // (65504; the course's pixels, 0..255, and weights are far inside). A value of magnitude >= 65520 becomes inf in
 // its hi half and -inf (or NaN) in its lo half, so every conv value it reaches is NaN (inf - inf, inf * 0), and
 // with the NaN-propagating pool every pooled output it reaches is NaN: never a quietly wrong finite number.
 // Supports C = 1, K <= 7, Ho and Wo >= 2, M <= 64, an image + its staging within shared memory (sm_90's 227 KB).
-// - Per m-tile bookkeeping kept small (an earlier version of this file spent 88 SASS instructions per sp19 m-tile,
-//   48 of them neither loads, MMAs nor epilogue): a table in shared memory gives each m-tile's origin, staging
-//   offset and first pooled column (one LDS.128 instead of index arithmetic and a wrapping column counter); row
-//   g+8 and the lo plane are uniform offsets folded into the loads' addresses ([R + UR + imm]); the lane's
-//   filter, column limit and staging address are computed once. sm_90 SASS of one sp19 m-tile (config a below):
-//   59 instructions for float input (16 LDS, 6 HMMA, 3 NOP, ~20 of epilogue, ~14 other), 47 for uint8; K = 3:
-//   45, K = 7: 95.
 // Predicted before measuring (H200, batch 10000, float32 input as `invoke bench` feeds it): sp19 conv1: 132
 // m-tiles x 59 + ~800 of splitting + ~200 of writing out = ~8,800 warp instructions per image, x 10,000 /
-// (132 SMs x 4 schedulers x 1.755 GHz) = 0.095 ms at full issue; at step 16's ~76% issue efficiency ~0.12 ms,
-// so the 0.10 ms goal needs ~95% (not likely: 4 warps per scheduler and 2 barriers per image); uint8 input (the
-// network's path): 47 per m-tile, ~0.09 ms. fa17 (36 m-tiles, 7 n-tiles each: ~16 + 7 x ~45 instructions, 8
-// warps sharing 36 m-tiles take 5 rounds of 4.5) ~0.15-0.18 ms, its 288 MB of output behind it.
+// (132 SMs x 4 schedulers x ~1.98 GHz, the SM clock the results files record) = 0.084 ms at full issue, ~0.11 ms
+// at 75-80% issue efficiency: the 0.10 ms goal needs ~85% (8 warps per scheduler, but 2 barriers per image).
+// uint8 input (the network's path): 47 per m-tile, ~7,100 per image, ~0.09 ms. fa17 (36 m-tiles, 7 n-tiles
+// each: ~16 + 7 x ~45 instructions; 8 warps share 36 m-tiles in 5 rounds of 4.5) ~0.17 ms, its 288 MB of output
+// behind it. fa19 (297 m-tiles of 2 n-tiles, ~120 instructions each, one block of 8 warps per SM) ~0.45-0.6 ms.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -290,8 +290,12 @@ __device__ __forceinline__ void tile_ntile(const Frag<K, TIn>& f, const uint4 (&
   }
 }
 
-template <int K, int MINB, typename TIn>
-__global__ void __launch_bounds__(kThreads, MINB)
+// __launch_bounds__(256, 2): up to 128 registers. Asking for 4 blocks (<= 64 registers) made ptxas recompute the
+// lane constants in every m-tile (67 SASS instructions instead of 59 for sp19, float) and spill for K >= 6; the
+// K <= 5 kernels use 48-64 registers anyway (-Xptxas -v, CUDA 13, sm_90; no kernel spills), so where shared memory
+// allows (sp19, fa17: ~55 KB per block) 4 blocks of 8 warps share an SM regardless.
+template <int K, typename TIn>
+__global__ void __launch_bounds__(kThreads, 2)
     conv19_kernel(const TIn* __restrict__ x, const float* __restrict__ k, float* __restrict__ y, Params p) {
   constexpr int P = Taps<K>::P, RC = Taps<K>::RC, KS = Taps<K>::KS;
   extern __shared__ uint4 smem[];
@@ -423,49 +427,16 @@ __global__ void __launch_bounds__(kThreads, MINB)
   if (last >= 0 && last < p.B) write_out(stage, y, last, p);
 }
 
-// Launch configurations, chosen once per process by PYCONV_STEP19_CONFIG (default kDefaultConfig): how many blocks
-// of 8 warps the registers must allow per SM (__launch_bounds__). a: 2 (<= 128 registers; 56 used for K = 5
-// float, 64 uint8): ptxas keeps the lane constants in registers, an sp19 m-tile is 59 instructions (float) in SASS;
-// b: 4 (<= 64 registers; K = 6, 7 stay at 2, as they need 72-84): twice the warps per SM where shared memory
-// allows (sp19, fa17) to hide the LDS -> MMA latency and the two barriers per image, but ptxas recomputes lane
-// constants per m-tile (67 instructions). -Xptxas -v (CUDA 13, sm_90): no kernel spills.
-constexpr char kDefaultConfig = 'a';
-
-bool step19_config_a() {
-  static int cfg = -1;
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  if (cfg < 0) {
-    const char* e = std::getenv("PYCONV_STEP19_CONFIG");
-    const std::string want = e && *e ? e : std::string(1, kDefaultConfig);
-    if (want != "a" && want != "b")
-      throw std::invalid_argument("PYCONV_STEP19_CONFIG must be a or b, not '" + want + "'");
-    cfg = want == "a";
-  }
-  return cfg == 1;
-}
-
-template <int K, typename TIn>
-const void* kernel_k(bool a) {
-  if constexpr (K >= 6) {
-    return reinterpret_cast<const void*>(conv19_kernel<K, 2, TIn>);
-  } else {
-    if (a) return reinterpret_cast<const void*>(conv19_kernel<K, 2, TIn>);
-    return reinterpret_cast<const void*>(conv19_kernel<K, 4, TIn>);
-  }
-}
-
 template <typename TIn>
 const void* kernel_for(int K) {
-  const bool a = step19_config_a();
   switch (K) {
-    case 1: return kernel_k<1, TIn>(a);
-    case 2: return kernel_k<2, TIn>(a);
-    case 3: return kernel_k<3, TIn>(a);
-    case 4: return kernel_k<4, TIn>(a);
-    case 5: return kernel_k<5, TIn>(a);
-    case 6: return kernel_k<6, TIn>(a);
-    default: return kernel_k<7, TIn>(a);
+    case 1: return reinterpret_cast<const void*>(conv19_kernel<1, TIn>);
+    case 2: return reinterpret_cast<const void*>(conv19_kernel<2, TIn>);
+    case 3: return reinterpret_cast<const void*>(conv19_kernel<3, TIn>);
+    case 4: return reinterpret_cast<const void*>(conv19_kernel<4, TIn>);
+    case 5: return reinterpret_cast<const void*>(conv19_kernel<5, TIn>);
+    case 6: return reinterpret_cast<const void*>(conv19_kernel<6, TIn>);
+    default: return reinterpret_cast<const void*>(conv19_kernel<7, TIn>);
   }
 }
 
