@@ -255,10 +255,10 @@ struct Frag {
   uint32_t l[sizeof(TIn) == 4 ? Taps<K>::RC : 1][2];
 };
 
-// One m-tile x one n-tile: the MMAs and the epilogue (combine, pool, tanh, stage).
+// One m-tile x one n-tile: the MMAs and the epilogue (combine, pool, tanh, stage). `store`: this lane's filter
+// and pooled column exist; `odd`: it takes filter 2t+1 (g odd), else 2t; `st`: the shared-window address of its
+// staged output.
 template <int K, typename TIn>
-// `store`: this lane's filter and pooled column exist; `odd`: it takes filter 2t+1 (g odd), else 2t; `st`: the
-// shared-window address of its staged output.
 __device__ __forceinline__ void tile_ntile(const Frag<K, TIn>& f, const uint4 (&w)[Taps<K>::KS], bool store,
                                            bool odd, uint32_t st) {
   constexpr int RC = Taps<K>::RC, KS = Taps<K>::KS;
