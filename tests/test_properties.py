@@ -142,8 +142,13 @@ def test_gpu_variant_matches_reference(name):
     fused = v["epilogue"] == "tanh-maxpool2"
     rtol = v["rtol"]  # the registry's (1e-4 unless the variant rounds on purpose and says why)
 
+    # A first-layer variant (it takes C = 1 and refuses C = 2, e.g. step 19) is drawn over its domain: over any C it
+    # would refuse most cases and test little (the refusal itself is tested once, by the second example below).
+    first_layer_only = bool(_gpu.why_unsupported(name, 1, 2, 12, 12, 4, 3)) and not _gpu.why_unsupported(
+        name, 1, 1, 12, 12, 4, 3)
+
     @settings(settings.get_profile("pyconv-gpu"))
-    @given(conv_cases(max_b=8, max_c=12, max_hw=40, max_m=40, min_out=2 if fused else 1))
+    @given(conv_cases(max_b=8, max_c=1 if first_layer_only else 12, max_hw=40, max_m=40, min_out=2 if fused else 1))
     @example(((1, 1, 2, 2, 1, 1), 0) if fused else ((1, 1, 1, 1, 1, 1), 0))
     @example(((2, 3, 8, 9, 17, 7), 1))  # K = H - 1, M one past a 16-wide tile
     def check(case):
