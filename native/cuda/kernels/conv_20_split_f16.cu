@@ -48,8 +48,8 @@
 // the warps' stall samples on the first __syncthreads of the image loop (the one that waits for every warp to end
 // the previous image), with the split of the next image then running alone between two barriers, no MMA in the
 // block; 2 blocks of 7 warps per SM (registers and shared memory), ~3.2 warps per scheduler, issue slots 44% busy.
-// Change: two split images per block (when they fit with a staging ring of two: sp19, sp18 and the small shapes;
-// fa19 and fa18 conv2 keep the old loop). Each warp splits its share of image i + 1 into the other planes and then
+// Change: two split images per block when they fit with a staging ring of two and cost no resident block (sp19 and
+// the small shapes; sp18, fa19 and fa18 conv2 keep the one-image loop). Each warp splits its share of image i + 1 into the other planes and then
 // computes image i; one barrier per image ends both, so the split's loads, conversions and stores interleave with
 // other warps' MMAs and the second barrier is gone. sp19 conv2: 87 KB of shared memory per block (2 blocks per SM,
 // as before), 128 registers for MT = 1, NT = 6 (no spills).
@@ -364,7 +364,7 @@ size_t smem_bytes(const SplitParams& p) { return fixed_bytes(p) + size_t(p.depth
 
 // Row pitch (Wh: (W + 2) / 2 words plus `extra`) and where copy O starts (o_shift words past a 128-byte line
 // boundary); then two split images with a staging ring of two if they fit, else one with the deepest ring that fits.
-void set_layout(SplitParams& p, int extra, int o_shift) {
+void set_layout(SplitParams& p, int extra, int o_shift, bool two_planes = true) {
   p.Wh = (p.W + 2) / 2 + extra;
   p.plane_words = p.rows * p.Wh;
   p.o_base = (p.plane_words + 15) / 16 * 16 + o_shift;
@@ -372,7 +372,7 @@ void set_layout(SplitParams& p, int extra, int o_shift) {
   p.div_wh = FastDiv(uint32_t(p.Wh));
   p.planes = 2;
   p.depth = 2;
-  if (smem_bytes(p) <= kSmemLimit) return;
+  if (two_planes && smem_bytes(p) <= kSmemLimit) return;
   p.planes = 1;
   while (p.depth > 0 && smem_bytes(p) > kSmemLimit) --p.depth;
 }
@@ -483,13 +483,22 @@ void conv_fwd_gpu_split_f16(const float* x, const float* k, float* y, const Conv
   choose_layout(p);
   int warps = 0;
   const Config& c = pick(p.M, p.tiles, warps);
-  const size_t smem = smem_bytes(p);
   const int threads = warps * 32;
-  CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   int dev = 0, sms = 0, per_sm = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, c.kernel, threads, smem));
+  CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemLimit)));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, c.kernel, threads, smem_bytes(p)));
+  if (p.planes == 2) {
+    // The second split image must not cost resident blocks (sp18 conv2: one block per SM instead of two); where it
+    // would, the one-image loop with the same row pitch and position of copy O.
+    SplitParams q = p;
+    set_layout(q, q.Wh - (q.W + 2) / 2, q.o_base - (q.plane_words + 15) / 16 * 16, false);
+    int per_sm1 = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm1, c.kernel, threads, smem_bytes(q)));
+    if (per_sm1 > per_sm) p = q, per_sm = per_sm1;
+  }
+  const size_t smem = smem_bytes(p);
   if (per_sm < 1) throw std::invalid_argument("gpu-split-f16: a block does not fit on an SM");
   // Persistent blocks: each walks images blockIdx.x, +gridDim.x, ... so the weights are split once per block and
   // the cp.async ring always has the next images to fetch.
