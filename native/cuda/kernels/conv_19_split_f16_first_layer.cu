@@ -51,32 +51,20 @@
 //   offset and first pooled column (one LDS.128 instead of index arithmetic and a wrapping column counter); row
 //   g+8 and the lo plane are uniform offsets folded into the loads' addresses ([R + UR + imm]); the lane's
 //   filter, column limit and staging address are computed once. sm_90 SASS of one sp19 m-tile:
-//   59 instructions for float input (16 LDS, 6 HMMA, 3 NOP, ~20 of epilogue, ~14 other), 47 for uint8, K = 3: 45,
-//   K = 7: 95 (60 and 48 for sp19 with the origin prefetch described below).
+//   59 instructions for float input (16 LDS, 6 HMMA, 3 NOP, ~20 of epilogue, ~14 other), 47 for uint8; K = 3:
+//   45, K = 7: 95.
 // Precision contract: FP32-accurate (held to the float32 tolerance) for |x| and |w| below fp16's overflow
 // (65504; the course's pixels, 0..255, and weights are far inside). A value of magnitude >= 65520 becomes inf in
 // its hi half and -inf (or NaN) in its lo half, so every conv value it reaches is NaN (inf - inf, inf * 0), and
 // with the NaN-propagating pool every pooled output it reaches is NaN: never a quietly wrong finite number.
 // Supports C = 1, K <= 7, Ho and Wo >= 2, M <= 64, an image + its staging within shared memory (sm_90's 227 KB).
-// First version, predicted before measuring (H200, batch 10000, float32 input as `invoke bench` feeds it): sp19
-// conv1: 132 m-tiles x 59 + ~800 of splitting + ~200 of writing out = ~8,800 warp instructions per image, ~0.11
-// ms at 75-80% issue efficiency; uint8 ~0.09 ms. Measured (results/bench-nvidia-h200-2026-11-24-steps19-20.json):
-// well above both, and above step 16 on float input.
-// - Its profile (Nsight Compute, one sp19 conv1 launch per input type) found: ~11,600 warp instructions per float
-//   image, not ~8,800: ~1,200 of them in the image fetch (its loop bound img_bytes / piece, piece a run-time
-//   value, was an integer division per 16-byte copy) and ~2,100 in the split (a division per unit, five scalar
-//   loads 4-way bank conflicted at a 16-byte stride, 8-byte stores 2.1-way conflicted: 36% of store wavefronts);
-//   issue slots 61% busy (uint8: 68%); the m-tile loop ~70% of the stall samples, its most stalled instruction
-//   the address add waiting on the m-tile's table entry. Its "5.7 of 32 bytes per sector" global loads are the
-//   per-block weight loads (~1,000 per launch): the images already arrive by 16-byte cp.async, all sectors used.
-// - Changed for it: the fetch loops by piece size on a precomputed count; the split walks units in store order
-//   (see split_image: conflict-free 8-byte stores, one LDS.128 / LDS.32 per unit where W % 4 == 0, no division,
-//   the O pairs and uint8 widening by PRMT); the next m-tile's origin is loaded during the current one (the table
-//   has kWarps spare entries), so an m-tile's first fragment load no longer waits on a table load.
-// Predicted before measuring (same bench): sp19 conv1 float ~9,700 warp instructions per image (132 m-tiles x 60
-// + ~1,150 split + ~150 fetch + write-out and barriers), at ~65% issue ~0.16 ms; uint8 ~7,500 (48 per m-tile,
-// ~750 split) at ~71% ~0.11 ms. Neither reaches 0.10 ms: the m-tile loop (one serial chain of fragment loads,
-// dependent MMAs and the epilogue per m-tile, ~7 warps per scheduler to hide it) is what remains.
+// Predicted before measuring (H200, batch 10000, float32 input as `invoke bench` feeds it): sp19 conv1: 132
+// m-tiles x 59 + ~800 of splitting + ~200 of writing out = ~8,800 warp instructions per image, x 10,000 /
+// (132 SMs x 4 schedulers x ~1.98 GHz, the SM clock the results files record) = 0.084 ms at full issue, ~0.11 ms
+// at 75-80% issue efficiency: the 0.10 ms goal needs ~85% (8 warps per scheduler, but 2 barriers per image).
+// uint8 input (the network's path): 47 per m-tile, ~7,100 per image, ~0.09 ms. fa17 (36 m-tiles, 7 n-tiles
+// each: ~16 + 7 x ~45 instructions; 8 warps share 36 m-tiles in 5 rounds of 4.5) ~0.17 ms, its 288 MB of output
+// behind it. fa19 (297 m-tiles of 2 n-tiles, ~120 instructions each, one block of 8 warps per SM) ~0.45-0.6 ms.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -142,17 +130,13 @@ struct Params {
   int img_bytes;      // one raw image
   int raw_stride;     // one raw slot, bytes (multiple of 16)
   int piece;          // bytes per cp.async (16, 8 or 4); 0: plain loads (an unaligned uint8 image)
-  int pieces;         // cp.async copies per image: img_bytes / piece
-  int upr;            // split units per copy row, the padding included: pitch / 2
-  int rstep;          // kThreads / upr: rows per pass of the split (0: a row is over kThreads units)
-  int vec_in;         // 1: W % 4 == 0, a raw row is whole 16-byte (float) / 4-byte (uint8) words
   int out_per_img;    // M * Hp * Wp
   int plane;          // staging stride of one filter's pooled plane: Hp * Wp rounded up to 4 mod 8 floats, so
                       // the 8 filters an m-tile's lanes store to fall in 8 different groups of 4 banks
   int vec_out;        // 1: a pooled plane (Hp * Wp) is whole float4s and y is 16-byte aligned
   int pitch4, lo4;    // bytes: a copy row; hi plane -> lo plane (2 copies)
   int w_off, raw_off, split_off, stage_off, tab_off;  // shared memory layout, bytes
-  FastDiv upr_div, hw;  // by upr, Hp * Wp
+  FastDiv units_div, hw;  // by units, Hp * Wp
 };
 
 __device__ __forceinline__ float max_nan(float a, float b) {
@@ -188,116 +172,60 @@ __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
 }
 
 // Queues the copy of one raw image into a raw slot: cp.async pieces, or plain loads where the image is not whole
-// 4-byte words at 4-byte aligned addresses (uint8 images of odd sizes). One loop per piece size, its trip count a
-// kernel parameter: a loop bound of img_bytes / piece with a run-time piece cost an integer division per copy.
-template <int PIECE>
-__device__ __forceinline__ void fetch_pieces(unsigned char* dst, const unsigned char* src, int pieces) {
-  for (int i = threadIdx.x; i < pieces; i += kThreads) {
-    const unsigned d = smem_addr(dst + i * PIECE);
-    const unsigned char* s = src + size_t(i) * PIECE;
-    if constexpr (PIECE == 16)
+// 4-byte words at 4-byte aligned addresses (uint8 images of odd sizes).
+__device__ __forceinline__ void fetch_image(unsigned char* dst, const unsigned char* src, const Params& p) {
+  const int piece = p.piece;
+  if (piece == 0) {
+    for (int i = threadIdx.x; i < p.img_bytes; i += kThreads) dst[i] = __ldg(src + i);
+    return;
+  }
+  for (int i = threadIdx.x; i < p.img_bytes / piece; i += kThreads) {
+    const unsigned d = smem_addr(dst + size_t(i) * piece);
+    const unsigned char* s = src + size_t(i) * piece;
+    if (piece == 16)
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(s) : "memory");
-    else if constexpr (PIECE == 8)
+    else if (piece == 8)
       asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(d), "l"(s) : "memory");
     else
       asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(s) : "memory");
   }
-}
-__device__ __forceinline__ void fetch_image(unsigned char* dst, const unsigned char* src, const Params& p) {
-  if (p.piece == 16)
-    fetch_pieces<16>(dst, src, p.pieces);
-  else if (p.piece == 8)
-    fetch_pieces<8>(dst, src, p.pieces);
-  else if (p.piece == 4)
-    fetch_pieces<4>(dst, src, p.pieces);
-  else
-    for (int i = threadIdx.x; i < p.img_bytes; i += kThreads) dst[i] = __ldg(src + i);
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
-// The E/O entries of one unit from its pixels v0..v4 (zero past the right edge), hi plane (+ lo plane: float).
-// E0 = (v0, v1), E1 = (v2, v3), O0 = (v1, v2), O1 = (v3, v4): the O pairs are the E pairs' halves recombined
-// (one PRMT each) instead of converted again.
-__device__ __forceinline__ uint32_t halves_1_2(uint32_t a, uint32_t b) { return __byte_perm(a, b, 0x5432); }
-__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
-__device__ __forceinline__ __half2 bits_h2(uint32_t u) { return *reinterpret_cast<__half2*>(&u); }
-
-// Raw image -> the E/O copies. A unit (row r, u) takes pixels 4u .. 4u+4 (zero past the right edge) and writes
+// Raw image -> the E/O copies. A unit (row r, u) reads pixels 4u .. 4u+4 (zero past the right edge) and writes
 // entries 2u and 2u+1 of copy E (pairs (4u, 4u+1), (4u+2, 4u+3)) and of copy O ((4u+1, 4u+2), (4u+3, 4u+4)).
-// Units run over the whole padded row (pitch / 2 per row, the padding ones write zeros), thread tid taking unit
-// tid % upr of rows tid / upr, + kThreads / upr, ...: a warp's 8-byte stores then cover consecutive entries, free of
-// bank conflicts (the earlier unit-per-real-column order left gaps at every row end: 2.1-way conflicted stores in
-// the profile the header describes), and no division per unit. Where a raw row is
-// whole 16-byte (float) / 4-byte (uint8) words (W % 4 == 0) pixels 4u..4u+3 are one LDS.128 / LDS.32 (the five
-// scalar loads before were 4-way bank conflicted, stride 16 bytes); v4 is one scalar load.
 template <typename TIn>
 __device__ __forceinline__ void split_image(const unsigned char* raw, uint32_t* split, const Params& p) {
-  const int W = p.W;
-  // This thread's units: one unit column of rows r0, r0 + rstep, ... where a padded row is at most a block of
-  // units (the block's last kThreads % upr threads idle), else unit columns tid, tid + kThreads, ... of every row.
-  // Recomputed per image from kernel parameters: kept live across the m-tile loop they cost registers.
-  const int tid = threadIdx.x;
-  int r0 = 0, u0 = tid;
-  if (p.rstep > 0) {
-    r0 = int(p.upr_div.div(uint32_t(tid)));
-    u0 = tid - r0 * p.upr;
-    if (r0 >= p.rstep) return;
-  }
-  const int rstep = max(p.rstep, 1), ustep = p.rstep > 0 ? p.upr : kThreads;
-  for (int r = r0; r < p.R; r += rstep) {
-    for (int u = u0; u < p.upr; u += ustep) {
-      const int c0 = 4 * u;
-      uint2* ent = reinterpret_cast<uint2*>(split + r * p.pitch + 2 * u);  // 2 entries of 4 bytes
-      const int copy = p.copy_stride / 2;                                   // in uint2
-      if constexpr (sizeof(TIn) == 4) {
-        const float* row = reinterpret_cast<const float*>(raw) + r * W;
-        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (p.vec_in) {
-          if (c0 < W) a = *reinterpret_cast<const float4*>(row + c0);
-        } else {
-          if (c0 < W) a.x = row[c0];
-          if (c0 + 1 < W) a.y = row[c0 + 1];
-          if (c0 + 2 < W) a.z = row[c0 + 2];
-          if (c0 + 3 < W) a.w = row[c0 + 3];
-        }
-        const float v4 = c0 + 4 < W ? row[c0 + 4] : 0.0f;
-        // hi = rn(v), lo = rn((v - hi) * 2^11): split_f16's formula, two values per conversion.
-        const __half2 e0 = __floats2half2_rn(a.x, a.y), e1 = __floats2half2_rn(a.z, a.w);
-        const __half2 e2 = __floats2half2_rn(v4, 0.0f);
-        const float2 f0 = __half22float2(e0), f1 = __half22float2(e1);
-        const float f4 = __low2float(e2);
-        const __half2 l0 = __floats2half2_rn((a.x - f0.x) * kSplitScale, (a.y - f0.y) * kSplitScale);
-        const __half2 l1 = __floats2half2_rn((a.z - f1.x) * kSplitScale, (a.w - f1.y) * kSplitScale);
-        const __half2 l2 = __floats2half2_rn((v4 - f4) * kSplitScale, 0.0f);
-        const uint32_t E0 = h2_bits(e0), E1 = h2_bits(e1), E2 = h2_bits(e2);
-        const uint32_t L0 = h2_bits(l0), L1 = h2_bits(l1), L2 = h2_bits(l2);
-        ent[0] = make_uint2(E0, E1);
-        ent[copy] = make_uint2(halves_1_2(E0, E1), halves_1_2(E1, E2));
-        ent[2 * copy] = make_uint2(L0, L1);
-        ent[3 * copy] = make_uint2(halves_1_2(L0, L1), halves_1_2(L1, L2));
-      } else {
-        const unsigned char* row = raw + r * W;
-        uint32_t w = 0;  // pixels c0 .. c0 + 3, c0 in the low byte
-        if (p.vec_in) {
-          if (c0 < W) w = *reinterpret_cast<const uint32_t*>(row + c0);
-        } else {
+  const int n = p.R * p.units;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const int r = int(p.units_div.div(uint32_t(i))), u = i - r * p.units;
+    const int c0 = 4 * u;
+    float v[5];
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (c0 + e < W) w |= uint32_t(row[c0 + e]) << (8 * e);
-        }
-        const uint32_t b4 = c0 + 4 < W ? uint32_t(row[c0 + 4]) : 0u;
-        // A byte b under the high byte 0x64 is the half 1024 + b (exact: fp16's spacing at 1024 is 1), so one PRMT
-        // builds a pair of them and one HADD2 subtracts 1024: pixels 0..255 as exact halves in two instructions.
-        constexpr uint32_t k64 = 0x64646464u;
-        const uint32_t y4 = 0x64646400u | b4;
-        const __half2 k1024 = __half2half2(__ushort_as_half(0x6400));
-        const uint32_t E0 = h2_bits(__hsub2(bits_h2(__byte_perm(w, k64, 0x4140)), k1024));
-        const uint32_t E1 = h2_bits(__hsub2(bits_h2(__byte_perm(w, k64, 0x4342)), k1024));
-        const uint32_t O0 = h2_bits(__hsub2(bits_h2(__byte_perm(w, k64, 0x4241)), k1024));
-        const uint32_t O1 = h2_bits(__hsub2(bits_h2(__byte_perm(w, y4, 0x5453)), k1024));
-        ent[0] = make_uint2(E0, E1);
-        ent[copy] = make_uint2(O0, O1);
-      }
+    for (int e = 0; e < 5; ++e) {
+      const int col = c0 + e;
+      if constexpr (sizeof(TIn) == 4)
+        v[e] = col < p.W ? reinterpret_cast<const float*>(raw)[r * p.W + col] : 0.0f;
+      else
+        v[e] = col < p.W ? float(raw[r * p.W + col]) : 0.0f;
+    }
+    // Entry index in the hi plane's copy E; copy O at + copy_stride, the lo plane (float input) at + 2 copies.
+    uint2* ent = reinterpret_cast<uint2*>(split + r * p.pitch + 2 * u);  // 2 entries of 4 bytes
+    const size_t copy = p.copy_stride / 2;                              // in uint2
+    if constexpr (sizeof(TIn) == 4) {
+      SplitHalf s[5];
+#pragma unroll
+      for (int e = 0; e < 5; ++e) s[e] = split_f16(v[e]);
+      ent[0] = make_uint2(pack_half2(s[0].hi, s[1].hi), pack_half2(s[2].hi, s[3].hi));
+      ent[copy] = make_uint2(pack_half2(s[1].hi, s[2].hi), pack_half2(s[3].hi, s[4].hi));
+      ent[2 * copy] = make_uint2(pack_half2(s[0].lo, s[1].lo), pack_half2(s[2].lo, s[3].lo));
+      ent[3 * copy] = make_uint2(pack_half2(s[1].lo, s[2].lo), pack_half2(s[3].lo, s[4].lo));
+    } else {
+      __half h[5];
+#pragma unroll
+      for (int e = 0; e < 5; ++e) h[e] = __float2half_rn(v[e]);  // 0..255: exact
+      ent[0] = make_uint2(pack_half2(h[0], h[1]), pack_half2(h[2], h[3]));
+      ent[copy] = make_uint2(pack_half2(h[1], h[2]), pack_half2(h[3], h[4]));
     }
   }
 }
@@ -362,14 +290,12 @@ __device__ __forceinline__ void tile_ntile(const Frag<K, TIn>& f, const uint4 (&
   }
 }
 
-// Registers: __maxnreg__(64) for K <= 5, so 4 blocks of 8 warps share an SM where shared memory allows (sp19,
-// fa17: ~55 KB per block); K = 6, 7 up to 128 (they spill under 64). __launch_bounds__(256, 4) also caps at 64
-// but made ptxas recompute the lane constants in every m-tile (56 SASS instructions instead of 48 for sp19,
-// uint8; 67 instead of 59 for float in the first version), while without a cap the prefetched origin below took
-// the uint8 K = 5 kernel to 72 registers (3 blocks per SM). Under __maxnreg__(64): 63-64 registers for K <= 5,
-// none spilled (-Xptxas -v, CUDA 13, sm_90), 48 instructions per sp19 uint8 m-tile, 60 float.
+// __launch_bounds__(256, 2): up to 128 registers. Asking for 4 blocks (<= 64 registers) made ptxas recompute the
+// lane constants in every m-tile (67 SASS instructions instead of 59 for sp19, float) and spill for K >= 6; the
+// K <= 5 kernels use 48-64 registers anyway (-Xptxas -v, CUDA 13, sm_90; no kernel spills), so where shared memory
+// allows (sp19, fa17: ~55 KB per block) 4 blocks of 8 warps share an SM regardless.
 template <int K, typename TIn>
-__global__ void __launch_bounds__(kThreads) __maxnreg__(K <= 5 ? 64 : 128)
+__global__ void __launch_bounds__(kThreads, 2)
     conv19_kernel(const TIn* __restrict__ x, const float* __restrict__ k, float* __restrict__ y, Params p) {
   constexpr int P = Taps<K>::P, RC = Taps<K>::RC, KS = Taps<K>::KS;
   extern __shared__ uint4 smem[];
@@ -408,10 +334,9 @@ __global__ void __launch_bounds__(kThreads) __maxnreg__(K <= 5 ? 64 : 128)
     s_w[i] = make_uint4(hi[0], hi[1], lo[0], lo[1]);
   }
 
-  for (int i = tid; i < p.n_mtiles + kWarps; i += kThreads) {
-    const int pr = i / p.NX, xg = i - pr * p.NX;  // past n_mtiles: entries only prefetched, never used
-    s_tab[i] = i < p.n_mtiles ? make_int4(pr * 2 * p.pitch4 + 16 * xg, pr * p.Wp + 4 * xg, 4 * xg, 0)
-                              : make_int4(0, 0, 0, 0);
+  for (int i = tid; i < p.n_mtiles; i += kThreads) {
+    const int pr = i / p.NX, xg = i - pr * p.NX;
+    s_tab[i] = make_int4(pr * 2 * p.pitch4 + 16 * xg, pr * p.Wp + 4 * xg, 4 * xg, 0);
   }
 
   // This lane's fragment bases (shared-window bytes; the loads add an immediate per pair q of columns j < P):
@@ -471,17 +396,12 @@ __global__ void __launch_bounds__(kThreads) __maxnreg__(K <= 5 ? 64 : 128)
     }
 
     // m-tiles warp, warp + 8, ...; one n-tile (weights in registers) or several (weights from shared memory).
-    // The next m-tile's origin is loaded before this one's fragments (the table has kWarps spare entries):
-    // the entry's load latency was the m-tile chain's first link (in the profile the header describes, the loop's
-    // most stalled instruction was the address add waiting on it).
     if (one_ntile) {
-      int origin = s_tab[warp].x;
 #pragma unroll 1
       for (int mt = warp; mt < p.n_mtiles; mt += kWarps) {
+        const int4 e = s_tab[mt];
         Frag<K, TIn> f;
-        load_frag(f, origin);
-        const int4 e = s_tab[mt];  // its staging fields are needed only after the MMAs
-        origin = s_tab[mt + kWarps].x;
+        load_frag(f, e.x);
         tile_ntile<K, TIn>(f, w1, n_lane < p.M && e.z < pc_lim, odd, st_lane + 4u * uint32_t(e.y));
       }
     } else {
@@ -553,17 +473,14 @@ std::string layout(const ConvShape& s, size_t elt, Params& p, size_t& smem) {
   p.raw_off = int(off); off += 2 * size_t(p.raw_stride);
   p.split_off = int(off); off += size_t(p.copy_stride) * (f32 ? 4 : 2) * 4;
   p.stage_off = int(off); off += size_t(p.M) * p.plane * 4;
-  p.tab_off = int(off); off += size_t(p.n_mtiles + kWarps) * 16;
+  p.tab_off = int(off); off += size_t(p.n_mtiles) * 16;
   p.pitch4 = 4 * p.pitch;
   p.lo4 = 8 * p.copy_stride;
   smem = off;
   if (smem > kSmemBudget)
     return "gpu-split-f16-fused: an image and its pooled output need " + std::to_string(smem / 1024) +
            " KB of shared memory, over " + std::to_string(kSmemBudget / 1024) + " KB";
-  p.upr = p.pitch / 2;
-  p.rstep = kThreads / p.upr;
-  p.upr_div = FastDiv(uint32_t(p.upr));
-  p.vec_in = p.W % 4 == 0;
+  p.units_div = FastDiv(uint32_t(p.units));
   p.hw = FastDiv(uint32_t(p.Hp * p.Wp));
   return "";
 }
@@ -580,7 +497,6 @@ void launch(const TIn* x, const float* k, float* y, const ConvShape& s, cudaStre
   for (int piece : {16, 8, 4})
     if (p.img_bytes % piece == 0 && xa % piece == 0) {
       p.piece = piece;
-      p.pieces = p.img_bytes / piece;
       break;
     }
   p.vec_out = (p.Hp * p.Wp) % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
