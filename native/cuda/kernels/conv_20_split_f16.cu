@@ -43,18 +43,6 @@
 //   7 warps x 12 x 1 KB = 84 KB, split 19 KB read + 25 KB written, staging 12 KB: ~420 KB, 32 MB per SM (76
 //   images) at 128 B/clock = 0.14 ms at 1.8 GHz (the bound); DRAM 116 MB + 207 MB = 323 MB (~0.08 ms)
 //   overlapped. ~0.14 ms.
-// Measured (results/bench-nvidia-h200-2026-11-24-steps19-20.json, ...-split-f16.json): sp19 conv2 about 2.5x the
-// prediction above. Nsight Compute (full set, one launch of sp19 conv2; per-instruction source counters) put 30% of
-// the warps' stall samples on the first __syncthreads of the image loop (the one that waits for every warp to end
-// the previous image), with the split of the next image then running alone between two barriers, no MMA in the
-// block; 2 blocks of 7 warps per SM (registers and shared memory), ~3.2 warps per scheduler, issue slots 44% busy.
-// Change: two split images per block when they fit with a staging ring of two and cost no resident block (sp19 and
-// the small shapes; sp18, fa19 and fa18 conv2 keep the one-image loop). Each warp splits its share of image i + 1 into the other planes and then
-// computes image i; one barrier per image ends both, so the split's loads, conversions and stores interleave with
-// other warps' MMAs and the second barrier is gone. sp19 conv2: 87 KB of shared memory per block (2 blocks per SM,
-// as before), 128 registers for MT = 1, NT = 6 (no spills).
-// Predicted before measuring (H200, sp19 conv2): the barrier share of stalls falls by about half and the split's
-// serial phase disappears: ~0.30 ms (from the measured time above), still above the ~0.14 ms shared-memory bound.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -95,8 +83,6 @@ struct SplitParams {
   int img_pitch;    // img_floats rounded up to 4: staging buffers start 16-byte aligned
   bool vec4;        // img_floats % 4 == 0: images are copied in 16-byte pieces
   int depth;        // staging buffers (images in flight per block); 0: the split reads global memory
-  int planes;       // split images per block: 2 (the next image is split while this one is computed; depth 2)
-                    // or 1 (split and compute alternate between two block barriers)
   FastDiv div_wh, div_wo;
 };
 
@@ -178,67 +164,6 @@ __device__ __forceinline__ void k_loop(float (&acc)[MT][NT][4], float (&cor)[MT]
   }
 }
 
-// One image's outputs from its split planes: every m-tile pass, every group of n-tiles, straight to y.
-template <int MT, int NT>
-__device__ __forceinline__ void compute_image(const uint2* s_img, const uint4* s_ah, const uint4* s_al,
-                                              const int2* s_off, float* __restrict__ y, long long b, int warps,
-                                              int warp, int lane, const SplitParams& p) {
-  const int g = lane >> 2, t = lane & 3;
-  for (int mt0 = 0; mt0 < p.mtiles; mt0 += MT) {  // p.mtiles is a multiple of MT (zero filters pad it)
-    const uint4* ah_p = s_ah + mt0 * p.ksteps * 32 + lane;
-    const uint4* al_p = s_al + mt0 * p.ksteps * 32 + lane;
-    for (int tg = 0; tg < p.tiles; tg += warps * NT) {
-      // This warp's n-tiles of the group: tg + warp, + warps, ... (nv of them, warp-uniform); per tile the base
-      // word of this lane's pixel (column g): copy E for an even pixel column, O for an odd one.
-      const int first = tg + warp;
-      if (first >= p.tiles) continue;  // a last group with fewer n-tiles than warps (no barrier inside)
-      const int nv = min(NT, (p.tiles - first + warps - 1) / warps);
-      int base[NT];
-#pragma unroll
-      for (int i = 0; i < NT; ++i) {
-        const int n = (first + i * warps) * 8 + g;
-        int w = 0;
-        if (n < p.P) {
-          const int oy = int(p.div_wo.div(uint32_t(n))), ox = n - oy * p.Wo;
-          w = pixel_word(oy, ox, p);
-        }
-        base[i] = w;
-      }
-      float acc[MT][NT][4], cor[MT][NT][4];
-#pragma unroll
-      for (int j = 0; j < MT; ++j)
-#pragma unroll
-        for (int i = 0; i < NT; ++i)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) acc[j][i][r] = cor[j][i][r] = 0.0f;
-      if (nv == NT)
-        k_loop<MT, NT, false>(acc, cor, base, nv, ah_p, al_p, p.ksteps * 32, s_off + t, s_img, p.ksteps);
-      else
-        k_loop<MT, NT, true>(acc, cor, base, nv, ah_p, al_p, p.ksteps * 32, s_off + t, s_img, p.ksteps);
-      // D rows g and g+8 are filters, columns 2t and 2t+1 consecutive pixels of the image: straight to y.
-#pragma unroll
-      for (int i = 0; i < NT; ++i) {
-        if (i >= nv) continue;
-        const int n = (first + i * warps) * 8 + 2 * t;
-#pragma unroll
-        for (int jh = 0; jh < 2 * MT; ++jh) {
-          const int j = jh / 2, h = jh % 2, m = (mt0 + j) * 16 + g + 8 * h;
-          if (m >= p.M) continue;
-          const float o0 = fmaf(cor[j][i][2 * h], kSplitUnscale, acc[j][i][2 * h]);
-          const float o1 = fmaf(cor[j][i][2 * h + 1], kSplitUnscale, acc[j][i][2 * h + 1]);
-          float* yo = y + (b * p.M + m) * p.P + n;
-          if ((p.P % 2) == 0 && n + 1 < p.P) {
-            __stcs(reinterpret_cast<float2*>(yo), make_float2(o0, o1));  // y is written once: evict first
-          } else {
-            if (n < p.P) yo[0] = o0;
-            if (n + 1 < p.P) yo[1] = o1;
-          }
-        }
-      }
-    }
-  }
-}
-
 template <int MT, int NT>
 __global__ void __launch_bounds__(kMaxWarps * 32)
     conv_fwd_gpu_split_f16_kernel(const float* __restrict__ x, const float* __restrict__ k, float* __restrict__ y,
@@ -248,9 +173,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
   uint4* s_ah = smem;                                              // [mtiles][ksteps][32 lanes]: A hi
   uint4* s_al = s_ah + afrags;                                     // the same, lo
   int2* s_off = reinterpret_cast<int2*>(s_al + afrags);            // [ksteps][t]: offsets of pairs t and t+4
-  uint2* s_img = reinterpret_cast<uint2*>(s_off + p.ksteps * 4);   // [planes][split_words]: copies E and O
-  float* s_stage = reinterpret_cast<float*>(s_img + p.planes * p.split_words);  // [depth][img_pitch]: fp32
+  uint2* s_img = reinterpret_cast<uint2*>(s_off + p.ksteps * 4);   // [split_words]: copies E and O
+  float* s_stage = reinterpret_cast<float*>(s_img + p.split_words);  // [depth][img_pitch]: fp32 images in flight
   const int warps = int(blockDim.x) / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, t = lane & 3;
 
   long long b = blockIdx.x;
   for (int s = 0; s < p.depth; ++s) {  // the first images fly while the weights are split
@@ -282,49 +208,74 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
   for (int i = threadIdx.x; i < p.ksteps * 4; i += blockDim.x)
     s_off[i] = make_int2(pair_offset((i >> 2) * 8 + (i & 3), p), pair_offset((i >> 2) * 8 + (i & 3) + 4, p));
 
-  // p.planes == 2: image i (of this block's) lies in staging slot i % 2 and planes i % 2. While the warps compute
-  // image i they split image i + 1 into the other planes, so one barrier per image ends both (the split no longer
-  // runs between two barriers with no MMA in the block); one cp.async group is in flight, with a whole image's
-  // compute to land. p.planes == 1: split and compute alternate between two barriers. One loop (one inlined copy
-  // of the k-loops) serves both: two copies held more registers across the compute and spilled.
-  if (p.planes == 2) {
-    asm volatile("cp.async.wait_group 0;" ::: "memory");  // images 0 and 1: the first iteration splits image 1
-    __syncthreads();  // staged images and the tables are visible to every thread
-    if (b < p.B) split_image(s_img, s_stage, p);
-    __syncthreads();  // planes 0 complete; staging slot 0 free
-    const long long nb = b + 2LL * gridDim.x;
-    if (nb < p.B) stage_image(s_stage, x + nb * p.img_floats, p);
-    asm volatile("cp.async.commit_group;");
-  }
-  int slot = 0;  // planes == 2: which planes (and staging slot) hold this image; planes == 1: the staging slot
+  int slot = 0;
   for (; b < p.B; b += gridDim.x) {
-    if (p.planes == 2) {
-      const long long nb = b + gridDim.x;
-      if (nb < p.B) split_image(s_img + (slot ^ 1) * p.split_words, s_stage + (slot ^ 1) * p.img_pitch, p);
-    } else {
-      cp_async_wait(p.depth);
-      __syncthreads();  // image b is staged; every warp is done with the previous image's planes (and the tables)
-      if (p.depth > 0)
-        split_image(s_img, s_stage + slot * p.img_pitch, p);
-      else
-        split_image(s_img, x + b * p.img_floats, p);
-      __syncthreads();  // the planes are complete; the staging slot is free
-      if (p.depth > 0) {
-        const long long nb = b + (long long)p.depth * gridDim.x;
-        if (nb < p.B) stage_image(s_stage + slot * p.img_pitch, x + nb * p.img_floats, p);
-        asm volatile("cp.async.commit_group;");
-        slot = slot + 1 == p.depth ? 0 : slot + 1;
-      }
-    }
-    compute_image<MT, NT>(s_img + (p.planes == 2 ? slot * p.split_words : 0), s_ah, s_al, s_off, y, b, warps,
-                          warp, lane, p);
-    if (p.planes == 2) {
-      asm volatile("cp.async.wait_group 0;" ::: "memory");  // image i + 2 has landed
-      __syncthreads();  // planes of image i + 1 complete, of image i free; staging slot of image i + 1 free
-      const long long nb3 = b + 3LL * gridDim.x;
-      if (nb3 < p.B) stage_image(s_stage + (slot ^ 1) * p.img_pitch, x + nb3 * p.img_floats, p);
+    cp_async_wait(p.depth);
+    __syncthreads();  // image b is staged; every warp is done with the previous image's planes (and the tables)
+    if (p.depth > 0)
+      split_image(s_img, s_stage + slot * p.img_pitch, p);
+    else
+      split_image(s_img, x + b * p.img_floats, p);
+    __syncthreads();  // the planes are complete; the staging slot is free
+    if (p.depth > 0) {
+      const long long nb = b + (long long)p.depth * gridDim.x;
+      if (nb < p.B) stage_image(s_stage + slot * p.img_pitch, x + nb * p.img_floats, p);
       asm volatile("cp.async.commit_group;");
-      slot ^= 1;
+      slot = slot + 1 == p.depth ? 0 : slot + 1;
+    }
+
+    for (int mt0 = 0; mt0 < p.mtiles; mt0 += MT) {  // p.mtiles is a multiple of MT (zero filters pad it)
+      const uint4* ah_p = s_ah + mt0 * p.ksteps * 32 + lane;
+      const uint4* al_p = s_al + mt0 * p.ksteps * 32 + lane;
+      for (int tg = 0; tg < p.tiles; tg += warps * NT) {
+        // This warp's n-tiles of the group: tg + warp, + warps, ... (nv of them, warp-uniform); per tile the base
+        // word of this lane's pixel (column g): copy E for an even pixel column, O for an odd one.
+        const int first = tg + warp;
+        if (first >= p.tiles) continue;  // a last group with fewer n-tiles than warps (no barrier inside)
+        const int nv = min(NT, (p.tiles - first + warps - 1) / warps);
+        int base[NT];
+#pragma unroll
+        for (int i = 0; i < NT; ++i) {
+          const int n = (first + i * warps) * 8 + g;
+          int w = 0;
+          if (n < p.P) {
+            const int oy = int(p.div_wo.div(uint32_t(n))), ox = n - oy * p.Wo;
+            w = pixel_word(oy, ox, p);
+          }
+          base[i] = w;
+        }
+        float acc[MT][NT][4], cor[MT][NT][4];
+#pragma unroll
+        for (int j = 0; j < MT; ++j)
+#pragma unroll
+          for (int i = 0; i < NT; ++i)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[j][i][r] = cor[j][i][r] = 0.0f;
+        if (nv == NT)
+          k_loop<MT, NT, false>(acc, cor, base, nv, ah_p, al_p, p.ksteps * 32, s_off + t, s_img, p.ksteps);
+        else
+          k_loop<MT, NT, true>(acc, cor, base, nv, ah_p, al_p, p.ksteps * 32, s_off + t, s_img, p.ksteps);
+        // D rows g and g+8 are filters, columns 2t and 2t+1 consecutive pixels of the image: straight to y.
+#pragma unroll
+        for (int i = 0; i < NT; ++i) {
+          if (i >= nv) continue;
+          const int n = (first + i * warps) * 8 + 2 * t;
+#pragma unroll
+          for (int jh = 0; jh < 2 * MT; ++jh) {
+            const int j = jh / 2, h = jh % 2, m = (mt0 + j) * 16 + g + 8 * h;
+            if (m >= p.M) continue;
+            const float o0 = fmaf(cor[j][i][2 * h], kSplitUnscale, acc[j][i][2 * h]);
+            const float o1 = fmaf(cor[j][i][2 * h + 1], kSplitUnscale, acc[j][i][2 * h + 1]);
+            float* yo = y + (b * p.M + m) * p.P + n;
+            if ((p.P % 2) == 0 && n + 1 < p.P) {
+              __stcs(reinterpret_cast<float2*>(yo), make_float2(o0, o1));  // y is written once: evict first
+            } else {
+              if (n < p.P) yo[0] = o0;
+              if (n + 1 < p.P) yo[1] = o1;
+            }
+          }
+        }
+      }
     }
   }
 }
@@ -357,23 +308,19 @@ const Config& pick(int M, int tiles, int& warps) {
 }
 
 size_t fixed_bytes(const SplitParams& p) {
-  return size_t(p.mtiles) * p.ksteps * 32 * 16 * 2 + size_t(p.ksteps) * 4 * 8 +
-         size_t(p.planes) * p.split_words * 8;
+  return size_t(p.mtiles) * p.ksteps * 32 * 16 * 2 + size_t(p.ksteps) * 4 * 8 + size_t(p.split_words) * 8;
 }
 size_t smem_bytes(const SplitParams& p) { return fixed_bytes(p) + size_t(p.depth) * p.img_pitch * 4; }
 
 // Row pitch (Wh: (W + 2) / 2 words plus `extra`) and where copy O starts (o_shift words past a 128-byte line
-// boundary); then two split images with a staging ring of two if they fit, else one with the deepest ring that fits.
-void set_layout(SplitParams& p, int extra, int o_shift, bool two_planes = true) {
+// boundary); then the deepest staging ring that fits.
+void set_layout(SplitParams& p, int extra, int o_shift) {
   p.Wh = (p.W + 2) / 2 + extra;
   p.plane_words = p.rows * p.Wh;
   p.o_base = (p.plane_words + 15) / 16 * 16 + o_shift;
   p.split_words = (p.o_base + p.plane_words + 1) / 2 * 2;
   p.div_wh = FastDiv(uint32_t(p.Wh));
-  p.planes = 2;
   p.depth = 2;
-  if (two_planes && smem_bytes(p) <= kSmemLimit) return;
-  p.planes = 1;
   while (p.depth > 0 && smem_bytes(p) > kSmemLimit) --p.depth;
 }
 
@@ -440,7 +387,7 @@ long bank_wavefronts(const SplitParams& p) {
 
 // Which pixels of an n-tile share a half-warp, and so which words collide, depends on Wo, Wh and where copy O
 // starts: per shape (once, then cached) the layout with the fewest modelled wavefronts among up to 7 extra words
-// of row pitch and 8 positions of O that keep as many split images and as deep a staging ring.
+// of row pitch and 8 positions of O that keep the staging ring as deep.
 void choose_layout(SplitParams& p) {
   static std::mutex mu;
   static std::map<std::array<int, 5>, std::pair<int, int>> chosen;
@@ -456,8 +403,7 @@ void choose_layout(SplitParams& p) {
     for (int o_shift : {8, 4, 12, 6, 10, 2, 14, 0}) {
       SplitParams q = p;
       set_layout(q, extra, o_shift);
-      if (q.planes < p.planes || (q.planes == p.planes && q.depth < p.depth) || smem_bytes(q) > kSmemLimit)
-        continue;
+      if (q.depth < p.depth || smem_bytes(q) > kSmemLimit) continue;
       const long cost = bank_wavefronts(q);
       if (cost < best_cost) best_cost = cost, best = {extra, o_shift};
     }
@@ -483,22 +429,13 @@ void conv_fwd_gpu_split_f16(const float* x, const float* k, float* y, const Conv
   choose_layout(p);
   int warps = 0;
   const Config& c = pick(p.M, p.tiles, warps);
+  const size_t smem = smem_bytes(p);
   const int threads = warps * 32;
+  CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   int dev = 0, sms = 0, per_sm = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemLimit)));
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, c.kernel, threads, smem_bytes(p)));
-  if (p.planes == 2) {
-    // The second split image must not cost resident blocks (sp18 conv2: one block per SM instead of two); where it
-    // would, the one-image loop with the same row pitch and position of copy O.
-    SplitParams q = p;
-    set_layout(q, q.Wh - (q.W + 2) / 2, q.o_base - (q.plane_words + 15) / 16 * 16, false);
-    int per_sm1 = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm1, c.kernel, threads, smem_bytes(q)));
-    if (per_sm1 > per_sm) p = q, per_sm = per_sm1;
-  }
-  const size_t smem = smem_bytes(p);
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, c.kernel, threads, smem));
   if (per_sm < 1) throw std::invalid_argument("gpu-split-f16: a block does not fit on an SM");
   // Persistent blocks: each walks images blockIdx.x, +gridDim.x, ... so the weights are split once per block and
   // the cp.async ring always has the next images to fetch.
