@@ -65,6 +65,14 @@
 // uint8 input (the network's path): 47 per m-tile, ~7,100 per image, ~0.09 ms. fa17 (36 m-tiles, 7 n-tiles
 // each: ~16 + 7 x ~45 instructions; 8 warps share 36 m-tiles in 5 rounds of 4.5) ~0.17 ms, its 288 MB of output
 // behind it. fa19 (297 m-tiles of 2 n-tiles, ~120 instructions each, one block of 8 warps per SM) ~0.45-0.6 ms.
+// Measured: results/bench-nvidia-h200-2026-11-24-steps19-20.json (`invoke bench`, NVBench, H200). From uint8 images
+// (the network's path) it is the fastest first layer on sp19, fa17 and fa19; from float32 images it is behind step 16
+// on sp19 and fa19 (the split of every pixel into two halves costs more than the FFMAs it saves there). Nsight
+// Compute on sp19 conv1 (one launch): issue slots 61% busy (float) / 68% (uint8), ~11 cycles between a warp's
+// instructions, 4 blocks of 8 warps per SM (registers and shared memory both limit it): each m-tile is one serial
+// chain of fragment loads -> MMAs -> pool. Tried and not kept: a fetch/split rework (no division per copy,
+// conflict-free split stores, LDS.128 row loads, the next m-tile's origin prefetched, 64 registers forced): the
+// same bench moved by 1-3% either way. The next step would be two m-tiles in flight per warp.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 

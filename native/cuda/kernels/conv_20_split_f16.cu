@@ -43,6 +43,16 @@
 //   7 warps x 12 x 1 KB = 84 KB, split 19 KB read + 25 KB written, staging 12 KB: ~420 KB, 32 MB per SM (76
 //   images) at 128 B/clock = 0.14 ms at 1.8 GHz (the bound); DRAM 116 MB + 207 MB = 323 MB (~0.08 ms)
 //   overlapped. ~0.14 ms.
+// Measured: results/bench-nvidia-h200-2026-11-24-steps19-20.json and -split-f16.json (`invoke bench`, NVBench,
+// H200): the fastest float32-accurate variant on every course conv2 (fa19 and fa18 conv2 more than twice as fast as
+// cuDNN FP32), but on sp19 conv2 above the 0.14 ms predicted and behind step 13's one TF32 pass. Nsight Compute on
+// sp19 conv2 (one launch): issue slots 44% busy, 2 blocks of 7 warps per SM (127 registers, and shared memory),
+// 20% occupancy, 28% of the stall samples on the image loop's first barrier (every warp waits while the next image
+// is split), stores using 21 of 32 bytes per sector (an image's 324-pixel rows are 16- but not 32-byte aligned).
+// Tried and not kept: two split images per block (the next one split while this one is computed, one barrier per
+// image): 3% slower in the same bench. Not tried: fewer registers per warp for more warps, output staged through
+// shared memory for whole-sector stores, images larger than shared memory (bands of output rows): the shape sweep
+// (results/bench-nvidia-h200-2026-11-24-sweep-split-f16.json) finds most of its shapes refused for that reason.
 #include <cuda_runtime.h>
 
 #include <algorithm>
