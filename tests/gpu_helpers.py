@@ -32,6 +32,20 @@ def close(y: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tuple[boo
     return c.passed, c.why
 
 
+def check_shape(name: str, shape, seed: int) -> None:
+    """The variant on one (B, C, H, W, M, K) shape against the reference, held to its registry tolerance: it must
+    support the shape, and every output (poisoned with NaN by the binding before the launch) must be close."""
+    B, C, H, W, M, K = shape
+    g = gpu()
+    assert g.why_unsupported(name, B, C, H, W, M, K) == ""
+    rng = np.random.default_rng([seed, *shape])
+    x = verify.random_nonzero(rng, (B, C, H, W))
+    k = verify.random_nonzero(rng, (M, C, K, K))
+    v = next(v for v in g.variants() if v["name"] == name)
+    ok, msg = close(g.conv(name, x, k), verify.expected(x, k, v["epilogue"]), *verify.tolerance(v["rtol"], C, K))
+    assert ok, f"{name} {shape}: {msg}"
+
+
 def random_model(rng: np.random.Generator, input_shape=(1, 20, 20), name="random-test") -> Model:
     """A small LeNet-style network with random float32 weights (conv, tanh, pool, conv, flatten, FC, tanh, FC)."""
     c, h, w = input_shape
