@@ -78,44 +78,34 @@ const GpuConvVariant& checked_gpu_variant(const std::string& name, const ConvSha
   return v;
 }
 
-void run_conv(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k, float* y) {
-  const size_t ny = size_t(product(conv_out_shape(v, s)));
-  DeviceBuffer<float> dk(size_t(s.k_size())), dy(ny);
-  dk.upload(k, size_t(s.k_size()));
-  // Poison the output (all-ones bytes = NaN) so an element the kernel forgets shows up in every test.
-  CUDA_CHECK(cudaMemset(dy.get(), 0xFF, ny * sizeof(float)));
-  if (v.x_on_host) {
-    PinnedBuffer<float> hx(size_t(s.x_size()));
-    std::memcpy(hx.get(), x, size_t(s.x_size()) * sizeof(float));
-    v.launch(hx.get(), dk.get(), dy.get(), s, nullptr);
-    CUDA_CHECK(cudaDeviceSynchronize());
-  } else {
-    DeviceBuffer<float> dx(size_t(s.x_size()));
-    dx.upload(x, size_t(s.x_size()));
-    v.launch(dx.get(), dk.get(), dy.get(), s, nullptr);
-    CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  dy.download(y, ny);
-  CUDA_CHECK(cudaDeviceSynchronize());
-}
-
 static const GpuConvVariant& require_u8(const GpuConvVariant& v) {
   if (!v.launch_u8) throw std::invalid_argument(std::string(v.name) + " has no uint8 input path (launch_u8)");
   return v;
 }
 
-void run_conv_u8(const GpuConvVariant& v, const ConvShape& s, const uint8_t* x, const float* k, float* y) {
-  require_u8(v);
+namespace {
+
+// run_conv and run_conv_u8: the inputs staged as the timed paths stage them (ConvInputs), y poisoned, one launch.
+template <typename X>
+void run_once(const GpuConvVariant& v, const ConvShape& s, const X* x, const float* k, float* y) {
   const size_t ny = size_t(product(conv_out_shape(v, s)));
-  DeviceBuffer<float> dk(size_t(s.k_size())), dy(ny);
-  DeviceBuffer<uint8_t> dx(size_t(s.x_size()));
-  dk.upload(k, size_t(s.k_size()));
-  dx.upload(x, size_t(s.x_size()));
-  CUDA_CHECK(cudaMemset(dy.get(), 0xFF, ny * sizeof(float)));  // poisoned, as run_conv does
-  v.launch_u8(dx.get(), dk.get(), dy.get(), s, nullptr);
+  ConvInputs in(v, s, x, k, ny);
+  // Poison the output (all-ones bytes = NaN) so an element the kernel forgets shows up in every test.
+  CUDA_CHECK(cudaMemset(in.dy.get(), 0xFF, ny * sizeof(float)));
+  launch_unit(v, s, in.x, in.dk.get(), in.dy.get(), nullptr, false, nullptr, in.x8);
   CUDA_CHECK(cudaDeviceSynchronize());
-  dy.download(y, ny);
+  in.dy.download(y, ny);
   CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+}  // namespace
+
+void run_conv(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k, float* y) {
+  run_once(v, s, x, k, y);
+}
+
+void run_conv_u8(const GpuConvVariant& v, const ConvShape& s, const uint8_t* x, const float* k, float* y) {
+  run_once(require_u8(v), s, x, k, y);
 }
 
 void launch_unit(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k, float* y, float* tmp,
