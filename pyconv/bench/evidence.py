@@ -26,14 +26,8 @@ def ranking(layer: LayerResult, date: str, source: str) -> tuple[Timing, ...]:
     for v in layer.variants:
         if not v.passed or v.x_on_host or (v.pools and not layer.tanh_pool_follows):
             continue
-        ms = v.ms if v.pools or not layer.tanh_pool_follows else v.tanh_pool_ms
-        if v.u8_check is not None:
-            # a first layer (C = 1): the network feeds a variant that reads uint8 images those (and every other
-            # variant float32 images it first widens in a pass of its own), so the uint8 path is what it runs and
-            # pays: a variant whose uint8 path failed its check is not ranked
-            if not v.u8_check.passed:
-                continue
-            ms = v.u8_ms
+        # a first layer: a variant that reads uint8 images ranks by that path, and not at all when it failed
+        ms = v.as_run(v.ms if v.pools or not layer.tanh_pool_follows else v.tanh_pool_ms)
         if ms is None or ms.median is None:
             continue
         out.append(Timing(v.variant, float(ms.median), date, source))
