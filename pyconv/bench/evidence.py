@@ -72,10 +72,13 @@ def merge(ev: Evidence | None, result: BenchResult, source: str) -> Evidence | N
             continue
         old = verdicts.get(e.model_digest)
         if old is None or result.date >= old.date:
-            # the candidate's count: where it moved labels, "pyconv" holds the float32 configuration run after it
+            # the candidate's count and variants: where it moved labels, "pyconv" (and the entry's impls) hold the
+            # float32 configuration run after it
             candidate = e.pyconv_reduced or e.pyconv
+            impls = e.pyconv_reduced.impls if e.pyconv_reduced is not None else e.impls
             verdicts[e.model_digest] = Verdict(e.model, e.model_digest, bool(e.reduced_precision_ok), result.date,
-                                               source, candidate.differ_vs_pytorch)
+                                               source, candidate.differ_vs_pytorch,
+                                               tuple(impls) if impls else None)
     return Evidence(gpu=ev.gpu, layers=layers, verdicts=verdicts, fallback_order=fallback_order(layers.values()),
                     path=ev.path)
 
