@@ -5,7 +5,9 @@
   check passed, fastest first, with the median time the choice compared (conv + tanh + pool where they follow:
   a fusing variant's one launch against any other variant followed by the shared tanh and pooling kernels).
 - precision: per model digest (the exact weights), whether the end-to-end bench found the reduced-precision
-  (TF32) configuration leaving every label equal to PyTorch's float32 network.
+  (TF32) configuration leaving every label equal to PyTorch's float32 network, and the variant per conv layer that
+  configuration ran (`impls`; null in files written before it was recorded): a build whose final runs other
+  variants (a student handout's, which runs the student's) did not earn that verdict (pyconv.plan).
 - first use: a layer shape `final` met with no evidence on this GPU is measured then and there (pyconv.measure:
   the bench's check and timing on the candidates final may choose) and its ranking is added here, each timing's
   source FIRST_USE; `invoke bench` measuring the shape later replaces it, `invoke evidence` keeps it.
@@ -73,6 +75,9 @@ class Verdict:
     date: str  # the end-to-end bench's date
     source: str
     differ_vs_pytorch: int | None = None
+    # the conv variant per layer of the configuration checked (the TF32 candidate); None: not recorded (files
+    # written before it was), which no build's own variants can claim
+    impls: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -114,7 +119,8 @@ class Evidence:
                            for _, e in sorted(self.layers.items())],
                 "precision": [{"model": v.model, "model_digest": v.model_digest,
                                "reduced_precision_ok": v.reduced_precision_ok, "date": v.date, "source": v.source,
-                               "differ_vs_pytorch": v.differ_vs_pytorch}
+                               "differ_vs_pytorch": v.differ_vs_pytorch,
+                               "impls": None if v.impls is None else list(v.impls)}
                               for _, v in sorted(self.verdicts.items(), key=lambda kv: (kv[1].model, kv[0]))],
                 "fallback_order": list(self.fallback_order)}
 
@@ -133,10 +139,13 @@ class Evidence:
                 layers[le.key] = le
             verdicts = {}
             for v in doc["precision"]:
-                d = v.get("differ_vs_pytorch")
+                d, impls = v.get("differ_vs_pytorch"), v.get("impls")
+                if impls is not None and not (isinstance(impls, list) and all(isinstance(n, str) for n in impls)):
+                    raise TypeError(f"precision 'impls' must be a list of variant names, got {impls!r}")
                 verdicts[str(v["model_digest"])] = Verdict(str(v["model"]), str(v["model_digest"]),
                                                            bool(v["reduced_precision_ok"]), str(v["date"]),
-                                                           str(v["source"]), None if d is None else int(d))
+                                                           str(v["source"]), None if d is None else int(d),
+                                                           None if impls is None else tuple(impls))
             return cls(gpu=str(doc["gpu"]), layers=layers, verdicts=verdicts,
                        fallback_order=tuple(str(n) for n in doc["fallback_order"]), path=path)
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:

@@ -19,6 +19,9 @@ The rules, from the variants' roles (pyconv.variants; each variant's own file in
   milestones 2 to 4 do, measuring nothing: there is nothing to choose between.
   Precision: TF32 (conv variants that round to TF32, and the fully connected layers through cuBLAS TF32) only for
   weights whose end-to-end bench on this GPU changed no label against PyTorch's float32 network; otherwise float32.
+  In a build with nothing for final to choose (a student handout) that verdict counts only when the bench ran this
+  build's own variant on every conv layer (the student's `invoke bench --end-to-end`): the evidence shipped with
+  the project was earned with the project's convolutions, so it leaves the student's network in float32.
   Milestones 2, 3 and 4 always compute in float32, the course's arithmetic."""
 
 from __future__ import annotations
@@ -305,8 +308,11 @@ def _final_choice(variants: Sequence[Variant], site: ConvSite, ev: Evidence | No
     return Choice(site, v.name, f"{how} ({src})")
 
 
-def precision_decision(ev: Evidence | None, model_digest: str | None, precision: str = "auto") -> tuple[bool, str]:
-    """(exact, why): whether final computes in float32 only, and one line on what decided it."""
+def precision_decision(ev: Evidence | None, model_digest: str | None, precision: str = "auto",
+                       runs: Sequence[str] | None = None) -> tuple[bool, str]:
+    """(exact, why): whether final computes in float32 only, and one line on what decided it. runs: the variant per
+    conv layer where final has nothing to choose (a student handout: the student's); the verdict then counts only
+    if its bench ran exactly those, as the student's own `invoke bench --end-to-end` does."""
     if precision not in PRECISIONS:
         raise PyconvError(f"unknown precision '{precision}' (known: {', '.join(PRECISIONS)})")
     if precision != "auto":
@@ -314,6 +320,17 @@ def precision_decision(ev: Evidence | None, model_digest: str | None, precision:
     verdict = ev.verdict(model_digest) if ev is not None else None
     if verdict is None:
         return True, "float32: no end-to-end bench of these weights on this GPU has checked TF32"
+    if runs is not None:
+        mine = ", ".join(dict.fromkeys(runs))
+        if verdict.impls is None or tuple(verdict.impls) != tuple(runs):
+            ran = (f"ran {', '.join(dict.fromkeys(verdict.impls))}" if verdict.impls is not None
+                   else "does not record which variants it ran")
+            return True, (f"float32, fully connected layers included: the end-to-end bench behind the TF32 verdict "
+                          f"for these weights ({verdict.source}, {verdict.date}) {ran}, not this build's {mine}; "
+                          "`invoke bench --end-to-end` checks TF32 with it")
+        if verdict.reduced_precision_ok:
+            return False, (f"TF32 allowed: no label differs from PyTorch's with this build's {mine} (bench of "
+                           f"{verdict.date})")
     if verdict.reduced_precision_ok:
         return False, f"TF32 allowed: no label differs from PyTorch's (bench of {verdict.date})"
     return True, "float32: TF32 changed labels in the end-to-end bench"
@@ -341,9 +358,10 @@ def plan(milestone: str, sites: Sequence[ConvSite], variants: Sequence[Variant],
     if m == "m4":
         return Plan(m, device, tuple(_m4_choice(mine, s) for s in sites), "fp32", "float32, the course's arithmetic",
                     chunks, streams)
-    exact, why = precision_decision(evidence, model_digest, precision)
     if any(v.role("final").choosable for v in mine):
+        exact, why = precision_decision(evidence, model_digest, precision)
         choices = [_final_choice(mine, s, evidence, exact) for s in sites]
     else:  # nothing to choose between (a student handout): the student's variant, as milestones 2 to 4 run it
         choices = [_default_choice(mine, "final", s, "final") for s in sites]
+        exact, why = precision_decision(evidence, model_digest, precision, runs=[c.variant for c in choices])
     return Plan(m, device, tuple(choices), "fp32" if exact else "tf32", why, chunks, streams, tuned=True)

@@ -36,11 +36,15 @@ def run(date, gpu="G", layers=(), e2e=(), variants=None):
     return BenchResult.parse(doc)
 
 
-def verdict(digest, ok, differ=0, rejected=None):
+def verdict(digest, ok, differ=0, rejected=None, impls=None, candidate_impls=None):
     e = {"model": "m", "batch": 100, "model_digest": digest, "reduced_precision_ok": ok,
          "pyconv": {"differ_vs_pytorch": differ}}
+    if impls is not None:
+        e["impls"] = impls  # what final runs after the verdict
     if rejected is not None:
         e["pyconv_reduced"] = {"differ_vs_pytorch": rejected}
+        if candidate_impls is not None:
+            e["pyconv_reduced"]["impls"] = candidate_impls
     return e
 
 
@@ -86,6 +90,30 @@ def test_precision_verdicts_newest_per_model():
     assert ev.verdict("d2").reduced_precision_ok is True and ev.verdict("d3") is None
     no_torch = {"model": "m", "batch": 1, "model_digest": "d4", "pyconv": {}}  # no PyTorch: no verdict
     assert build.merge(ev, run("2000-01-05", e2e=[no_torch]), "x").verdict("d4") is None
+
+
+def test_a_verdict_records_the_variants_its_candidate_ran(tmp_path):
+    """What the TF32 candidate ran, per conv layer: the entry's impls where it kept every label, the rejected
+    candidate's where the float32 configuration was measured after it; nothing where the file does not say."""
+    ev = build.merge(None, run("2000-01-01", e2e=[
+        verdict("ok", True, impls=["gpu-student", "gpu-student"]),
+        verdict("moved", False, differ=0, rejected=2, impls=["fp32-a", "fp32-b"], candidate_impls=["fused", "tf32"]),
+        verdict("old", True)]), "a.json")
+    assert ev.verdict("ok").impls == ("gpu-student", "gpu-student")
+    assert ev.verdict("moved").impls == ("fused", "tf32")
+    assert ev.verdict("old").impls is None
+    back = evidence.load(evidence.save(ev, tmp_path / "g.json"))
+    assert {d: v.impls for d, v in back.verdicts.items()} == {d: v.impls for d, v in ev.verdicts.items()}
+    # an evidence file written before the field: its verdicts load, recording no variants
+    doc = json.loads((tmp_path / "g.json").read_text())
+    for v in doc["precision"]:
+        del v["impls"]
+    (tmp_path / "g.json").write_text(json.dumps(doc))
+    assert all(v.impls is None for v in evidence.load(tmp_path / "g.json").verdicts.values())
+    doc["precision"][0]["impls"] = "gpu-student"  # a name, not a list of them
+    (tmp_path / "g.json").write_text(json.dumps(doc))
+    with pytest.raises(PyconvError, match="malformed.*list of variant names"):
+        evidence.load(tmp_path / "g.json")
 
 
 def test_file_round_trip_and_lookup_per_gpu(tmp_path):

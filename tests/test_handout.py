@@ -67,6 +67,27 @@ def test_the_handout_holds_skeletons_and_no_answers(tmp_path):
     assert len(log.splitlines()) == 1 and "student edition" in log
 
 
+@needs_slots
+def test_the_handouts_final_does_not_take_the_projects_tf32_verdict(tmp_path):
+    """The handout ships the project's evidence, whose TF32 verdicts were earned with the project's convolutions:
+    final in the student's build (its variant on every layer) keeps the fully connected layers in float32 and says
+    why. (The plan is the project's own function on the handout's files: no build, no GPU.)"""
+    from pyconv import evidence, plan
+    from pyconv.core.model import load_model
+    from pyconv.variants import Role, Variant
+
+    out = tmp_path / "h"
+    assert invoke("handout", "--dest", str(out)).returncode == 0
+    ev = evidence.for_gpu(evidence.STANDIN_GPU, out / "results" / "evidence")
+    model = load_model(out / "datasets" / "models" / "ece408.h5")
+    assert ev.verdict(model.digest()).reduced_precision_ok  # the project's bench allowed TF32 for these weights
+    student = Variant("gpu-student", 100, "the student's", "gpu",
+                      roles={m: Role("on-request", "the student's") for m in ("m3", "m4", "final")})
+    p = plan.plan("final", plan.conv_sites(model, 100), [student], ev, model_digest=model.digest())
+    assert p.impls == ["gpu-student", "gpu-student"] and p.fc_math == "fp32", p.lines()
+    assert "not this build's gpu-student; `invoke bench --end-to-end` checks TF32 with it" in p.precision
+
+
 @pytest.fixture(scope="module")
 def built_handout(tmp_path_factory):
     """A handout, written and built once for the slow tests below (one build per session: CI time)."""

@@ -103,6 +103,62 @@ def test_a_build_without_a_default_runs_its_first_on_request_variant():
         plan.plan("final", SITES, picky)
 
 
+def student_build():
+    return [V("gpu-student", 100, final="on-request"),
+            Variant("cpu-student", 100, "s", "cpu", roles={"m2": Role("on-request", "x")}), NUMPY]
+
+
+def test_a_student_builds_final_uses_only_a_tf32_verdict_earned_with_its_own_variant():
+    """A handout carries the project's evidence, whose TF32 verdicts were earned end to end with the project's
+    convolutions: final runs the student's, so its fully connected layers stay float32 until the student's own
+    `invoke bench --end-to-end` checks TF32 with gpu-student on every conv layer."""
+    e = ev(conv1=[("fused", 0.2)], conv2=[("direct", 0.3)])
+    e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e-x.json", 0, ("fused", "tf32"))
+    p = plan.plan("final", SITES, student_build(), e, model_digest="d")
+    assert p.impls == ["gpu-student"] * 2 and p.fc_math == "fp32"
+    assert p.precision == ("float32, fully connected layers included: the end-to-end bench behind the TF32 verdict "
+                           "for these weights (bench-e2e-x.json, 2000-01-02) ran fused, tf32, not this build's "
+                           "gpu-student; `invoke bench --end-to-end` checks TF32 with it")
+    assert p.lines()[:2] == ["final on the GPU: " + p.precision,
+                             "fully connected layers: fp32; 4 chunk(s) on 4 streams"]
+    # an evidence file written before the variants were recorded: not the student's either
+    e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e-x.json", 0)
+    p = plan.plan("final", SITES, student_build(), e, model_digest="d")
+    assert p.fc_math == "fp32" and "does not record which variants it ran, not this build's gpu-student" in p.precision
+    # the same bench with the student's variant on one layer only: still not this build's network
+    e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e-x.json", 0, ("gpu-student", "tf32"))
+    assert plan.plan("final", SITES, student_build(), e, model_digest="d").fc_math == "fp32"
+    # the student's own end-to-end bench: its verdict is the build's, either way
+    e.verdicts["d"] = Verdict("m", "d", True, "2000-01-03", "bench-e2e-mine.json", 0, ("gpu-student", "gpu-student"))
+    p = plan.plan("final", SITES, student_build(), e, model_digest="d")
+    assert p.fc_math == "tf32" and p.impls == ["gpu-student"] * 2
+    assert p.precision == ("TF32 allowed: no label differs from PyTorch's with this build's gpu-student (bench of "
+                           "2000-01-03)")
+    e.verdicts["d"] = Verdict("m", "d", False, "2000-01-03", "bench-e2e-mine.json", 3, ("gpu-student",) * 2)
+    p = plan.plan("final", SITES, student_build(), e, model_digest="d")
+    assert p.fc_math == "fp32" and p.precision == "float32: TF32 changed labels in the end-to-end bench"
+    # the end-to-end bench forces each precision to measure it; the project's build reads the verdict as before
+    assert plan.plan("final", SITES, student_build(), e, model_digest="d", precision="reduced").fc_math == "tf32"
+    e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e-x.json", 0)
+    assert plan.plan("final", SITES, ladder(), e, model_digest="d").fc_math == "tf32"
+
+
+def test_a_handouts_final_keeps_the_course_models_fully_connected_layers_in_float32():
+    """The committed H200 evidence (which a handout ships) allows TF32 for the shipped `ece408` weights; with the
+    student's variant only, final reads that verdict as the project's, not the student's."""
+    from pyconv.core.model import load_model
+
+    model = load_model("ece408")
+    e = evidence.for_gpu("NVIDIA H200", paths.EVIDENCE)
+    verdict = e.verdict(model.digest())
+    assert verdict.reduced_precision_ok and verdict.impls and "gpu-student" not in verdict.impls
+    sites = conv_sites(model, 10000)
+    p = plan.plan("final", sites, student_build(), e, model_digest=model.digest())
+    assert p.impls == ["gpu-student"] * len(sites) and p.fc_math == "fp32"
+    assert f"({verdict.source}, {verdict.date}) ran {', '.join(verdict.impls)}, not this build's gpu-student" \
+        in p.precision
+
+
 def test_impl_runs_on_every_layer_or_names_the_layer_it_cannot_take():
     assert plan.plan("4", SITES, ladder(), impl="tiled").impls == ["tiled", "tiled"]
     with pytest.raises(PyconvError, match=r"--impl fused cannot run conv layer 2 \(conv2.*do not follow"):

@@ -136,6 +136,47 @@ def test_a_first_layers_uint8_path_is_noted_with_its_time():
     assert "gpu-fused-tanh-pool from uint8 images: 0.0710 ms" in md
 
 
+def _fastest_row(result: dict) -> list[str]:
+    t = report.summary_table([("bench-synthetic.json", result)])
+    return next(r for r in t.rows if r[0].startswith("fastest variant per layer"))
+
+
+def _median(*samples: float) -> float:
+    return timing.stats(list(samples))["median"]
+
+
+CONV2_MS = _median(1.5, 1.5 * 1.1)  # synthetic_result's conv2: gpu-baseline, its only variant
+
+
+def test_the_summary_counts_a_first_layer_from_uint8_images_when_that_path_passed():
+    """The network feeds its first layer uint8 images: the summary's fastest-per-layer total takes the checked
+    uint8 path of a variant that has one (gpu-fused-tanh-pool: median of 0.07, 0.072 = 0.071 ms, against 0.0945 ms
+    from float32), plus conv2 (gpu-baseline, median of 1.5, 1.65 = 1.575 ms), and says so; the per-layer table
+    keeps the float32 best it sets beside cuDNN's."""
+    r = synthetic_result()
+    assert _fastest_row(r)[2:] == [report.num(_median(0.07, 0.072) + CONV2_MS)]
+    t = report.summary_table([("bench-synthetic.json", r)])
+    assert any("`synthetic` conv1: gpu-fused-tanh-pool from uint8 images, 0.0710 ms (from float32 images: "
+               "gpu-fused-tanh-pool, 0.0945 ms)" in n for n in t.notes)
+    md = report.markdown_tables(r)
+    assert "| synthetic | conv1 | gpu-fused-tanh-pool (conv+tanh+pool) | 0.0945 |" in md
+    assert "synthetic conv1 as the network runs it: gpu-fused-tanh-pool from uint8 images, 0.0710 ms" in md
+
+
+def test_a_failed_or_unchecked_uint8_path_is_never_counted():
+    r = synthetic_result()
+    fused = r["layers"][0]["variants"][3]
+    fused["u8_check"] = {"passed": False, "why": "made-up failure"}  # even with a time beside it
+    # the network would run that failed path: the variant drops out of conv1, whose fastest is then gpu-baseline's
+    # plain conv (median of 2.0, 2.2 = 2.1 ms)
+    assert _fastest_row(r)[2:] == [report.num(_median(2.0, 2.2) + CONV2_MS)]
+    t = report.summary_table([("bench-synthetic.json", r)])
+    assert not any("uint8" in n for n in t.notes)
+    del fused["u8_check"]  # a time without its check: the float32 figure counts
+    assert _fastest_row(r)[2:] == [report.num(_median(0.09, 0.099) + CONV2_MS)]
+    assert "as the network runs it" not in report.markdown_tables(r)
+
+
 def test_end_to_end_tables_show_fc_math_and_the_pipeline_sweep():
     md = report.markdown_tables(synthetic_result())
     row = next(line for line in md.splitlines() if line.startswith("| synthetic | 10000 | pyconv"))
@@ -281,7 +322,8 @@ def test_summary_takes_every_file_and_the_newer_cell():
     t = report.summary_table([("b-new.json", new), ("a-old.json", old)])
     base = next(r for r in t.rows if r[0].startswith("m3 `gpu-baseline`"))
     assert base[2:] == [report.num(7.0 + 1.575)]  # the newer file's conv1 + conv2 (median of 1.5, 1.65)
-    assert "a-old.json" in t.notes[0] and "b-new.json" in t.notes[0]
+    sources = next(n for n in t.notes if n.startswith("medians at batch 10000; from "))
+    assert "a-old.json" in sources and "b-new.json" in sources
 
 
 def test_the_page_shows_every_bench_file_newest_first(tmp_path):

@@ -26,14 +26,8 @@ def ranking(layer: LayerResult, date: str, source: str) -> tuple[Timing, ...]:
     for v in layer.variants:
         if not v.passed or v.x_on_host or (v.pools and not layer.tanh_pool_follows):
             continue
-        ms = v.ms if v.pools or not layer.tanh_pool_follows else v.tanh_pool_ms
-        if v.u8_check is not None:
-            # a first layer (C = 1): the network feeds a variant that reads uint8 images those (and every other
-            # variant float32 images it first widens in a pass of its own), so the uint8 path is what it runs and
-            # pays: a variant whose uint8 path failed its check is not ranked
-            if not v.u8_check.passed:
-                continue
-            ms = v.u8_ms
+        # a first layer: a variant that reads uint8 images ranks by that path, and not at all when it failed
+        ms = v.as_run(v.ms if v.pools or not layer.tanh_pool_follows else v.tanh_pool_ms)
         if ms is None or ms.median is None:
             continue
         out.append(Timing(v.variant, float(ms.median), date, source))
@@ -78,10 +72,13 @@ def merge(ev: Evidence | None, result: BenchResult, source: str) -> Evidence | N
             continue
         old = verdicts.get(e.model_digest)
         if old is None or result.date >= old.date:
-            # the candidate's count: where it moved labels, "pyconv" holds the float32 configuration run after it
+            # the candidate's count and variants: where it moved labels, "pyconv" (and the entry's impls) hold the
+            # float32 configuration run after it
             candidate = e.pyconv_reduced or e.pyconv
+            impls = e.pyconv_reduced.impls if e.pyconv_reduced is not None else e.impls
             verdicts[e.model_digest] = Verdict(e.model, e.model_digest, bool(e.reduced_precision_ok), result.date,
-                                               source, candidate.differ_vs_pytorch)
+                                               source, candidate.differ_vs_pytorch,
+                                               tuple(impls) if impls else None)
     return Evidence(gpu=ev.gpu, layers=layers, verdicts=verdicts, fallback_order=fallback_order(layers.values()),
                     path=ev.path)
 

@@ -126,6 +126,15 @@ class VariantRow(Record):
     def passed(self) -> bool:
         return bool(self.check and self.check.passed)
 
+    def as_run(self, float_ms: Stats | None) -> Stats | None:
+        """What the network pays for this variant where the bench's float32 timing is `float_ms`: on a first layer
+        whose uint8 path the bench checked, the network feeds the variant its raw uint8 images, so that path's time
+        counts (None when its check failed: a failed uint8 path is never counted, nor its float32 time); every
+        other variant is fed float32 images (widened in a pass of their own) and pays `float_ms`."""
+        if self.u8_check is None:
+            return float_ms
+        return self.u8_ms if self.u8_check.passed else None
+
 
 @dataclass(frozen=True)
 class Best(Record):
@@ -133,6 +142,7 @@ class Best(Record):
     ms: float
     tanh_pool: bool = False
     x_cudnn: float | None = None
+    u8: bool = False  # the time is of the uint8 path (LayerResult.best_as_run; the bench's `best` never is)
 
 
 @dataclass(frozen=True)
@@ -166,6 +176,27 @@ class LayerResult(Record):
     best_conv: Best | None = field(default=None, metadata=_conv(Best.from_dict))
     best_conv_tanh_pool: Best | None = field(default=None, metadata=_conv(Best.from_dict))
     best: Best | None = field(default=None, metadata=_conv(Best.from_dict))
+
+    @property
+    def best_as_run(self) -> Best | None:
+        """`best` as the network runs the layer: the same choice (the fastest passing plain conv or conv + tanh +
+        pool), except that on a first layer a variant whose uint8 path the bench checked counts by that path alone
+        (VariantRow.as_run; conv + tanh + pool where they follow). `best` stays the float32 figure, the one to set
+        beside cuDNN's on the same float32 input."""
+        if not any(v.u8_check is not None for v in self.variants):
+            return self.best
+        cands = []
+        for v in self.variants:
+            if v.u8_check is not None:
+                s = v.as_run(v.ms)
+                if s is not None and s.median is not None:
+                    cands.append(Best(v.variant, s.median, v.pools or self.tanh_pool_follows, u8=True))
+                continue
+            if v.ms is not None and v.ms.median is not None:
+                cands.append(Best(v.variant, v.ms.median, v.pools))
+            if v.tanh_pool_ms is not None and v.tanh_pool_ms.median is not None:
+                cands.append(Best(v.variant + " + tanh + pool", v.tanh_pool_ms.median, True))
+        return min(cands, key=lambda b: b.ms) if cands else None  # min keeps the first of a tie: ladder order
 
     @property
     def key(self) -> tuple[int, int, int, int, int, bool]:

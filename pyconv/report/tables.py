@@ -247,6 +247,10 @@ def gpu_summary_table(result: BenchResult) -> Table:
         t.rows.append([layer.model, layer.layer, label,
                        num(b.ms), num(floor), num(floor / b.ms * 100, 2), _ms(cud),
                        num(b.x_cudnn, 2)])
+        run = layer.best_as_run
+        if run is not None and run.u8:  # the rows compare float32 input with cuDNN's; the network feeds uint8
+            t.notes.append(f"{layer.model} {layer.layer} as the network runs it: {run.variant} from uint8 images, "
+                           f"{num(run.ms)} ms")
     return t
 
 
@@ -709,6 +713,15 @@ def _machine(result: BenchResult, gpu: bool) -> str:
     return f"{cpu.model}, {cpu.cores} cores" if cpu.cores is not None else cpu.model
 
 
+def _u8_note(layer: LayerResult) -> str:
+    """A first layer counted from uint8 images (LayerResult.best_as_run), beside its float32 figure."""
+    run, best = layer.best_as_run, layer.best
+    text = f"`{layer.model}` {layer.layer}: {run.variant} from uint8 images, {num(run.ms)} ms"
+    if best is not None:
+        text += f" (from float32 images: {best.variant}, {num(best.ms)} ms)"
+    return text
+
+
 def summary_table(results: list[tuple[str, BenchResult]]) -> Table:
     """One table over several bench files: per course network (one column per architecture), the convolution
     from the course's first kernels to the ladder's best and the whole network against PyTorch. Each row names
@@ -727,6 +740,7 @@ def summary_table(results: list[tuple[str, BenchResult]]) -> Table:
         rows_seen.setdefault(key, label)
 
     rows_seen: dict[str, str] = {}
+    u8_notes: dict[str, list[str]] = {}  # arch -> its "fastest" cell's first layers counted from uint8 images
     cpu_seen: list[str] = []  # CPU variants in the order the bench files list them (the ladder's)
     shown: dict[str, str] = {}  # arch -> the model whose whole network is shown
     for _, r in results:
@@ -753,8 +767,11 @@ def summary_table(results: list[tuple[str, BenchResult]]) -> Table:
             base = next((v.variant for lr in layers for v in lr.variants if v.step == 0), None)
             if base:
                 put("base", f"m3 `{base}`, conv layers (ms)", gpu, arch, total(variant_ms(base)))
-            put("best", "fastest variant per layer, conv layers (ms)", gpu, arch,
-                total(lambda layer: layer.best.ms if layer.best else None))
+            # a first layer as the network runs it: from uint8 images where the variant reads them (best_as_run)
+            best = total(lambda layer: layer.best_as_run.ms if layer.best_as_run else None)
+            put("best", "fastest variant per layer, conv layers (ms)", gpu, arch, best)
+            if best is not None:
+                u8_notes[arch] = [_u8_note(layer) for layer in layers if layer.best_as_run.u8]
             put("cudnn", "cuDNN conv2d, conv layers (ms)", gpu, arch,
                 total(lambda layer: layer.cudnn.conv_ms.median if layer.cudnn.conv_ms else None))
         cpu_arch: dict[tuple[str, str], float] = {}
@@ -795,6 +812,11 @@ def summary_table(results: list[tuple[str, BenchResult]]) -> Table:
     t = Table("Summary", ["measured", "on", *[cols[a] + (f" (`{shown[a]}`)" if a in shown else "") for a in archs]])
     for k in keys:
         t.rows.append([rows_seen[k], machines[k], *[cells.get((k, a), "-") for a in archs]])
+    u8 = [f"{SEMESTERS[a]} {n}" for a in archs for n in u8_notes.get(a, [])]
+    if u8:
+        t.notes.append("fastest variant per layer: a first layer counts what the network runs, from uint8 images "
+                       "where the variant reads them (that path checked against the reference and timed by the "
+                       "bench): " + "; ".join(u8))
     t.notes.append("medians at batch 10000; from " + ", ".join(f"[`{n}`](results/{n})" for n, _ in
                                                                sorted(results, key=lambda nr: nr[0])))
     return t
