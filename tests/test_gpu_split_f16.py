@@ -2,9 +2,12 @@
 course's layers (sp19, sp18, fa19 conv2 with M = 24, fa18 conv2 with K = 7, fa17 conv1 with C = 1 and four
 m-tiles), odd and even K (the last tap pair half empty or full), odd pixel columns (copy O of the planes), output
 counts that are odd (scalar stores) or beyond one group of n-tiles, more images than persistent blocks, and each
-depth of the staging ring (2, 1, and 0: the split reads global memory). Held to the default float32 tolerance.
-An input beyond the FP16 range must make the outputs it reaches non-finite (cuda/runtime/mma_f16.cuh), never
-quietly wrong; shapes whose split image and weights do not fit in shared memory are refused with one line."""
+depth of the staging ring (2, 1, and 0: the split reads global memory), even and odd W (the split's float2 or
+float loads). Images too large for shared memory run in bands of output rows: one band or several, the last one
+overlapping the one before, bands of a single row, W a multiple of 4 or not (16- or 4-byte staging copies), more
+units (image, band) than persistent blocks. Held to the default float32 tolerance. An input beyond the FP16 range
+must make the outputs it reaches non-finite (cuda/runtime/mma_f16.cuh), never quietly wrong; shapes whose weights
+and a band of one output row do not fit in shared memory are refused with one line."""
 
 from __future__ import annotations
 
@@ -35,6 +38,20 @@ SHAPES = [
     (2, 2, 9, 10, 5, 4),        # K = 4
     (3, 3, 12, 13, 33, 3),      # M = 33: three m-tiles padded to four (two passes)
     (5000, 1, 6, 7, 2, 3),      # more images than persistent blocks: each block walks several
+    (2, 11, 38, 38, 19, 7),     # no room for staging, W even: the split's float2 loads from global memory
+]
+
+# Images whose split planes do not fit: bands of output rows (the band heights in the comments are what the plan
+# picks today; the tests hold the outputs to the reference whatever it picks).
+BANDED = [
+    (2, 29, 29, 29, 19, 5),     # the sweep's worst row (once refused): 5 bands of 5 rows
+    (2, 8, 92, 92, 36, 5),      # 7 bands of 13 rows, the last overlapping 3 rows; M = 36: four m-tiles
+    (2, 30, 89, 89, 24, 3),     # odd W: 4-byte staging copies, float split loads; odd Wo: scalar stores
+    (2, 19, 77, 77, 5, 7),      # K = 7, M = 5: bands of 2 rows, the last overlapping
+    (3, 64, 64, 64, 16, 3),     # bands of 1 row; W a multiple of 4: 16-byte staging copies
+    (2, 15, 70, 70, 8, 3),      # W even, not a multiple of 4; the last band overlapping 2 rows
+    (2, 22, 41, 41, 6, 5),      # M < 16, K = 5, odd W
+    (300, 26, 32, 32, 8, 3),    # 600 units (2 bands per image): each block walks several through the ring
 ]
 
 
@@ -46,6 +63,13 @@ def descriptor() -> dict:
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-C{}-{}x{}-M{}-K{}".format(*s))
 def test_shapes_match_reference(shape):
+    check_shape(NAME, shape, SEED)
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", BANDED, ids=lambda s: "B{}-C{}-{}x{}-M{}-K{}".format(*s))
+def test_banded_shapes_match_reference(shape):
     check_shape(NAME, shape, SEED)
 
 
@@ -80,10 +104,22 @@ def test_course_layers_supported(shape):
 
 
 @requires_gpu_module
-@pytest.mark.parametrize("shape", [(1, 29, 29, 29, 19, 5), (1, 64, 64, 64, 16, 3), (1, 32, 20, 20, 70, 7)])
+@pytest.mark.parametrize("shape", [(10000, *s) for s in [(29, 29, 29, 19, 5), (64, 64, 64, 16, 3), (8, 92, 92, 36, 5),
+                                                         (30, 94, 94, 29, 3), (16, 89, 89, 57, 5)]])
+def test_images_beyond_shared_memory_are_supported(shape):
+    """supports() is host code (no GPU needed): shapes once refused because the split image did not fit (four of
+    them from the bench sweep) now run in bands."""
+    assert gpu().why_unsupported(NAME, *shape) == ""
+
+
+@requires_gpu_module
+@pytest.mark.parametrize("shape", [(1, 32, 20, 20, 70, 7), (1, 32, 96, 96, 64, 7)])
 def test_refuses_what_shared_memory_cannot_hold(shape):
+    """Weights too large for a block even beside a band of one output row: refused before any GPU work, with one
+    line that names the weights' and the band's sizes."""
     why = gpu().why_unsupported(NAME, *shape)
     assert why.startswith(f"{NAME}: ") and "KB of shared memory" in why and "\n" not in why
+    assert "split filters" in why and "band of one output row" in why
     B, C, H, W, M, K = shape
     with pytest.raises(ValueError, match="KB of shared memory"):  # refused before any GPU work
         gpu().conv(NAME, np.ones((B, C, H, W), np.float32), np.ones((M, C, K, K), np.float32))

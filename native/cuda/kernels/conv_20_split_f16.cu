@@ -1,6 +1,6 @@
 // Step 20 -- gpu-split-f16: a plain convolution as accurate as float32 on the FP16 tensor cores: every operand
-// split into two halves (cuda/runtime/mma_f16.cuh), three m16n8k16 MMAs per product, whole images in shared
-// memory split once when they land.
+// split into two halves (cuda/runtime/mma_f16.cuh), three m16n8k16 MMAs per product, whole images (or bands of
+// output rows of larger ones) in shared memory, split once when they land.
 //
 // Changes from step 13 (gpu-tensor-core-tf32, one TF32 pass) and why:
 // - Precision: x * w ~ x.hi w.hi + 2^-11 (x.hi w.lo + x.lo w.hi), the main product and the two corrections in two
@@ -10,7 +10,12 @@
 //   the zero-weighted second half of a filter row's last pair reads it, and 0 * inf is NaN).
 // - The image is split ONCE, as it moves from its cp.async staging buffer (fp32, as it lies in global memory) into
 //   the planes the MMAs read: every input value is read by up to K*K windows, so splitting per MMA operand (as step
-//   13 rounds per load) would repeat the conversion K*K times.
+//   13 rounds per load) would repeat the conversion K*K times. Nsight Compute put 28% of the stall samples on the
+//   barrier after the split (below), so the split is packed: a thread takes 4 columns, rounds them to FP16 two at a
+//   time (one cvt.rn.f16x2.f32 for two his, one for two los: split_f16x2), and builds copy O's words from copy
+//   E's halves with byte permutes instead of splitting each column again; threads walk rows without a division per
+//   word. The split loop went from 46 SASS instructions per 2 columns (one E and one O word) to 61 per 4 columns
+//   (sp19 conv2's kernel instantiation, -34%), with the same halves bit for bit.
 // - Depth order: the taps of a filter row in horizontal PAIRS (c, ky, 2q), (c, ky, 2q+1), q < ceil(K/2); a pair
 //   with 2q+1 = K has weight 0 in its second half. The two halves of one B register of m16n8k16 are two consecutive
 //   depth indices, so one register is one pair = two horizontally adjacent inputs. For an even pixel column they are
@@ -27,11 +32,24 @@
 //   n-tiles in one block of up to 8 warps (sp19 conv2: 41 n-tiles = 7 warps x 6, one slot idle), two images in
 //   flight per block in the cp.async ring (when shared memory allows), and the weights' A fragments (hi and lo)
 //   built once per block in fragment order (two LDS.128 per lane per k-step, shared by the warp's n-tiles).
-// - Generality: any C, H, W, M, K whose image (split, two copies: 8 bytes per input) and weights (4 bytes per
-//   filter tap, split, padded to 16 filters) fit in shared memory; output images of any pixel count (n-tiles loop
-//   in groups of warps x NT over the image); M > 16 runs two m-tiles per pass on the image already loaded, each
-//   image load feeding both (step 13 reloads the image per 16 filters, in another block). With no room for a
-//   staging buffer the split reads global memory.
+// - Generality: any C, H, W, M, K whose weights (4 bytes per filter tap, split, padded to 16 filters) fit in shared
+//   memory beside a band of one output row; output images of any pixel count (n-tiles loop in groups of warps x NT
+//   over the band); M > 16 runs two m-tiles per pass on the image already loaded, each image load feeding both
+//   (step 13 reloads the image per 16 filters, in another block). A whole image whose split (two copies: 8 bytes
+//   per input) does not fit beside a staging buffer has its split read global memory.
+// - Bands (images larger than shared memory): the bench sweep
+//   (results/bench-nvidia-h200-2026-11-24-sweep-split-f16.json) found most of its drawn shapes refused because their
+//   split image did not fit. The work unit is now (image, band): a band is bh output rows, which need input rows [y0,
+//   y0 + bh + K - 1) of every channel (C contiguous runs of (bh + K - 1) * W floats in x, staged by cp.async as they
+//   lie and split into planes of bh + K - 1 rows per channel). The host picks the whole image when it fits (today's
+//   shapes: one band, bh = Ho, the planes and tables exactly as before), else the tallest bh whose planes, weights
+//   and one staging buffer fit, evened out over the bands it takes. The last band starts at Ho - bh and overlaps the
+//   one before (those outputs are computed twice from the same inputs by the same instructions and written twice)
+//   rather than being shorter: every band then has the same pixel count, n-tiles and staging runs, and no plane row
+//   is left stale. Still refused: weights too large to sit beside even a band of one row (C = 32, K = 7, M = 64 needs
+//   452 KB of A fragments alone; chunks of m-tiles would not rescue it either: one m-tile's fragments, 112 KB, plus a
+//   one-row band of 32 x 7 split rows of 96 columns, 172 KB, is over the 220 KB; it would need the channels split
+//   across passes, with the accumulators kept between them).
 // Bank conflicts of the image loads: the row pitch and where copy O starts are chosen per shape with a model of the
 // 64-bit loads (bank_wavefronts); on sp19 conv2 the model puts the chosen layout at 1.1x the conflict-free count
 // (1.3x with the tightest pitch), sp18 conv2 at 1.1x (2.0x); fa19 conv2 stays at 1.8x (the pitches the model
@@ -51,8 +69,17 @@
 // is split), stores using 21 of 32 bytes per sector (an image's 324-pixel rows are 16- but not 32-byte aligned).
 // Tried and not kept: two split images per block (the next one split while this one is computed, one barrier per
 // image): 3% slower in the same bench. Not tried: fewer registers per warp for more warps, output staged through
-// shared memory for whole-sector stores, images larger than shared memory (bands of output rows): the shape sweep
-// (results/bench-nvidia-h200-2026-11-24-sweep-split-f16.json) finds most of its shapes refused for that reason.
+// shared memory for whole-sector stores, channels split across passes (for weights beyond shared memory).
+// The measurements above predate the bands and the packed split; both are unmeasured. Predicted before measuring:
+//   sp19 conv2: the same MMAs, loads and stores per image; per thread and image the split loop drops from ~380 to
+//   ~250 instructions (1848 words, 224 threads) of ~1700, so at most a few percent faster, more if the barrier
+//   stall shrinks with it. 127 -> 118 registers for its instantiation (MT = 1, NT = 6), no spills.
+//   Sweep row C = 29, 29x29, M = 19, K = 5 (B = 10000, H200): bands of 5 rows (5 per image), 16 n-tiles x 55
+//   k-steps x 2 m-tiles, one block of 8 warps per SM (211 KB of shared memory). MMAs 16 x 55 x 6 = 5280 per band,
+//   264 M in all (2 M per SM: 1.1-2.2 ms at 1-0.5 MMA/clock/SM); shared memory per band: image loads 16 x 55 x 2 x
+//   256 B = 450 KB, A fragments 8 warps x 55 x 2 KB = 880 KB (NT = 2: each fragment feeds only 2 n-tiles), split
+//   and staging ~100 KB: ~1.4 MB, 72 GB in all, 2.4 ms at 128 B/clock/SM (the bound); DRAM ~2.2 GB (the halo
+//   rows read 9/5 times) ~0.5 ms, overlapped. ~2.4 ms.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -77,23 +104,37 @@ constexpr int kMaxWarps = 8;
 
 struct SplitParams {
   int C, H, W, M, K, Ho, Wo;
-  long long B;
-  int P;            // Ho * Wo: output pixels of one image
-  int tiles;        // ceil(P / 8): 8-pixel n-tiles of one image
+  long long B;      // images of this launch
+  int Pimg;         // Ho * Wo: output pixels of one image (the stride of y's filter planes)
+  // Bands: a work unit is `bh` output rows of one image (the whole image when it fits: nbands = 1, bh = Ho). A
+  // band needs input rows [y0, y0 + R) of every channel, R = bh + K - 1; band i starts at y0 = i * bh, the last at
+  // Ho - bh (it overlaps the one before rather than being shorter: every band has the same pixels, rows and
+  // staging runs, and the overlapped rows are written twice with the same values).
+  int bh, nbands;
+  long long units;  // B * nbands: (image, band) pairs, walked by the persistent blocks
+  int R;            // input rows per channel in the planes: H for a whole image
+  int P;            // bh * Wo: output pixels of one band
+  int tiles;        // ceil(P / 8): 8-pixel n-tiles of one band
   int KH;           // ceil(K / 2): tap pairs per filter row
   int npairs;       // C * K * KH
   int ksteps;       // ceil(npairs / 8): one m16n8k16 k-step is 8 pairs
   int mtiles;       // ceil(M / 16), rounded up to even when > 1 (two m-tiles per pass)
   int Wh;           // 8-byte words per plane row: columns 0 .. 2*Wh-1 cover W plus at least one zero column
-  int rows;         // C * H
+  int Wq;           // ceil(Wh / 2): runs of 4 columns (2 words of each copy) per plane row, one per split thread
+  int rows;         // C * R
   int plane_words;  // rows * Wh: one copy (E or O)
   int o_base;       // first word of copy O
   int split_words;  // words of both copies (even: what follows stays 16-byte aligned)
   int img_floats;   // C * H * W: one image
-  int img_pitch;    // img_floats rounded up to 4: staging buffers start 16-byte aligned
-  bool vec4;        // img_floats % 4 == 0: images are copied in 16-byte pieces
-  int depth;        // staging buffers (images in flight per block); 0: the split reads global memory
-  FastDiv div_wh, div_wo;
+  // What one unit stages: `runs` contiguous runs of `run` floats, run i at x + i * run_stride in the image (from
+  // the band's first row) and at i * run in the staging buffer: the whole image as one run, or a band's R rows of
+  // each channel (C runs of R * W floats).
+  int runs, run, run_stride;
+  int slot_pitch;   // runs * run rounded up to 4: staging buffers start 16-byte aligned
+  bool vec4;        // runs are copied in 16-byte pieces (every run and offset a multiple of 4 floats)
+  bool vec2;        // every pixel pair (n, n + 1), n even, of every band lies 8-byte aligned in y
+  int depth;        // staging buffers (units in flight per block); 0: the split reads global memory (whole images)
+  FastDiv div_wq, div_wo, div_bands;
 };
 
 __device__ __forceinline__ void cp_async_wait(int depth) {
@@ -103,47 +144,95 @@ __device__ __forceinline__ void cp_async_wait(int depth) {
     asm volatile("cp.async.wait_group 0;" ::: "memory");
 }
 
-// Queues the copy of one image into a staging buffer (not committed: the caller commits one group per image slot,
-// empty or not, so that wait_group(depth - 1) always means "the oldest image has landed").
-__device__ __forceinline__ void stage_image(float* dst, const float* src, const SplitParams& p) {
-  if (p.vec4) {
-    for (int i = threadIdx.x; i < p.img_floats / 4; i += blockDim.x) {
-      const unsigned s = unsigned(__cvta_generic_to_shared(dst + 4 * i));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src + 4 * i));
-    }
-  } else {
-    for (int i = threadIdx.x; i < p.img_floats; i += blockDim.x) {
-      const unsigned s = unsigned(__cvta_generic_to_shared(dst + i));
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src + i));
+// Queues the copy of one unit (its runs, from `src`: the band's first row in the image) into a staging buffer (not
+// committed: the caller commits one group per slot, empty or not, so that wait_group(depth - 1) always means "the
+// oldest unit has landed").
+__device__ __forceinline__ void stage_unit(float* dst, const float* src, const SplitParams& p) {
+  for (int r = 0; r < p.runs; ++r, dst += p.run, src += p.run_stride) {
+    if (p.vec4) {
+      for (int i = threadIdx.x; i < p.run / 4; i += blockDim.x) {
+        const unsigned s = unsigned(__cvta_generic_to_shared(dst + 4 * i));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src + 4 * i));
+      }
+    } else {
+      for (int i = threadIdx.x; i < p.run; i += blockDim.x) {
+        const unsigned s = unsigned(__cvta_generic_to_shared(dst + i));
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src + i));
+      }
     }
   }
 }
 
-// src (one fp32 image, staging buffer or global memory) -> copies E and O of the split image. Word j of row r:
-// E = (hi(col 2j), hi(col 2j+1)), (lo(..), lo(..)); O the same for columns 2j+1, 2j+2. Columns >= W are zero, so
-// the second half of a pair past the filter's last tap reads a finite value (its weight is 0).
-__device__ __forceinline__ void split_image(uint2* s_img, const float* src, const SplitParams& p) {
-  const int n = p.rows * p.Wh;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const int r = int(p.div_wh.div(uint32_t(i))), c0 = 2 * (i - r * p.Wh);
-    const float* row = src + r * p.W;
-    const SplitHalf h0 = split_f16(c0 < p.W ? row[c0] : 0.0f);
-    const SplitHalf h1 = split_f16(c0 + 1 < p.W ? row[c0 + 1] : 0.0f);
-    const SplitHalf h2 = split_f16(c0 + 2 < p.W ? row[c0 + 2] : 0.0f);
-    s_img[i] = make_uint2(pack_half2(h0.hi, h1.hi), pack_half2(h0.lo, h1.lo));
-    s_img[p.o_base + i] = make_uint2(pack_half2(h1.hi, h2.hi), pack_half2(h1.lo, h2.lo));
+// Image and first output row of unit u. One band per image: the unit is the image (no division).
+__device__ __forceinline__ void unit_coords(long long u, const SplitParams& p, long long& b, int& y0) {
+  if (p.nbands == 1) {
+    b = u, y0 = 0;
+  } else {  // u < 2^31 (the launcher splits larger batches)
+    const int bi = int(p.div_bands.div(uint32_t(u)));
+    b = bi, y0 = min((int(u) - bi * p.nbands) * p.bh, p.Ho - p.bh);
   }
+}
+
+// src (a unit's fp32 rows: plane row r at src + r * W; staging buffer or global memory) -> copies E and O of the
+// split planes. Word j of row r: E = (hi(col 2j), hi(col 2j+1)), (lo(..), lo(..)); O the same for columns 2j+1,
+// 2j+2. Columns >= W are zero, so the second half of a pair past the filter's last tap reads a finite value (its
+// weight is 0). A thread takes a run of 4 columns 4q .. 4q+3: two packed splits (split_f16x2) make E words 2q and
+// 2q+1, byte permutes of their halves make O word 2q, and O word 2q+1 needs column 4q+4 as well, split again here
+// (5 instructions; taking it from the lane of the next run would cost 2 shuffles, and the lanes at a row's end or
+// the warp's edge, which every warp has, would still split it). Threads walk (row, run) by adding blockDim.x runs,
+// pointers included, with one carry: no division per word. PAIRS (W even): columns come in aligned float2 loads,
+// each pair inside the row or past it as a whole.
+template <bool PAIRS>
+__device__ __forceinline__ void split_rows(uint2* s_img, const float* src, const SplitParams& p) {
+  const int step_r = int(p.div_wq.div(blockDim.x)), step_q = int(blockDim.x) - step_r * p.Wq;
+  int r = int(p.div_wq.div(threadIdx.x)), q = int(threadIdx.x) - r * p.Wq;
+  const float* in = src + r * p.W + 4 * q;
+  uint2* out = s_img + r * p.Wh + 2 * q;
+  const int in_step = step_r * p.W + 4 * step_q, in_carry = p.W - 4 * p.Wq;
+  const int out_step = step_r * p.Wh + 2 * step_q, out_carry = p.Wh - 2 * p.Wq;
+  while (r < p.rows) {
+    const int c0 = 4 * q;
+    float v[5];
+    if (PAIRS) {
+      const float2 z = make_float2(0.0f, 0.0f);
+      const float2 v01 = c0 < p.W ? *reinterpret_cast<const float2*>(in) : z;
+      const float2 v23 = c0 + 2 < p.W ? *reinterpret_cast<const float2*>(in + 2) : z;
+      v[0] = v01.x, v[1] = v01.y, v[2] = v23.x, v[3] = v23.y;
+      v[4] = c0 + 4 < p.W ? in[4] : 0.0f;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 5; ++j) v[j] = c0 + j < p.W ? in[j] : 0.0f;
+    }
+    const uint2 e0 = split_f16x2(v[0], v[1]), e1 = split_f16x2(v[2], v[3]);
+    const SplitHalf h4 = split_f16(v[4]);
+    out[0] = e0;
+    out[p.o_base] = make_uint2(__byte_perm(e0.x, e1.x, 0x5432), __byte_perm(e0.y, e1.y, 0x5432));
+    if (2 * q + 1 < p.Wh) {  // an odd Wh: the row's last run has one word of each copy
+      out[1] = e1;
+      out[p.o_base + 1] = make_uint2(__byte_perm(e1.x, __half_as_ushort(h4.hi), 0x5432),
+                                     __byte_perm(e1.y, __half_as_ushort(h4.lo), 0x5432));
+    }
+    q += step_q, r += step_r, in += in_step, out += out_step;
+    if (q >= p.Wq) q -= p.Wq, ++r, in += in_carry, out += out_carry;
+  }
+}
+
+__device__ __forceinline__ void split_image(uint2* s_img, const float* src, const SplitParams& p) {
+  if (p.W % 2 == 0)
+    split_rows<true>(s_img, src, p);
+  else
+    split_rows<false>(s_img, src, p);
 }
 
 // Word offset of pair `pair` (c, ky, q) from a pixel's base word; padded pairs (weight 0) read word 0 of it.
 __host__ __device__ __forceinline__ int pair_offset(int pair, const SplitParams& p) {
   if (pair >= p.npairs) return 0;
   const int per_c = p.K * p.KH, c = pair / per_c, rem = pair - c * per_c, ky = rem / p.KH;
-  return (c * p.H + ky) * p.Wh + (rem - ky * p.KH);
+  return (c * p.R + ky) * p.Wh + (rem - ky * p.KH);
 }
 
-// Base word of output pixel (oy, ox): copy E for an even column, O for an odd one (the pair then starts one
-// element into the word before).
+// Base word of output pixel (oy, ox) of a band (oy counted from the band's first row): copy E for an even column,
+// O for an odd one (the pair then starts one element into the word before).
 __host__ __device__ __forceinline__ int pixel_word(int oy, int ox, const SplitParams& p) {
   return ((ox & 1) ? p.o_base : 0) + oy * p.Wh + (ox >> 1);
 }
@@ -184,14 +273,19 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
   uint4* s_al = s_ah + afrags;                                     // the same, lo
   int2* s_off = reinterpret_cast<int2*>(s_al + afrags);            // [ksteps][t]: offsets of pairs t and t+4
   uint2* s_img = reinterpret_cast<uint2*>(s_off + p.ksteps * 4);   // [split_words]: copies E and O
-  float* s_stage = reinterpret_cast<float*>(s_img + p.split_words);  // [depth][img_pitch]: fp32 images in flight
+  float* s_stage = reinterpret_cast<float*>(s_img + p.split_words);  // [depth][slot_pitch]: fp32 units in flight
   const int warps = int(blockDim.x) / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
 
-  long long b = blockIdx.x;
-  for (int s = 0; s < p.depth; ++s) {  // the first images fly while the weights are split
-    const long long bs = b + (long long)s * gridDim.x;
-    if (bs < p.B) stage_image(s_stage + s * p.img_pitch, x + bs * p.img_floats, p);
+  long long u = blockIdx.x;  // this block's units: u, u + gridDim.x, ...
+  for (int s = 0; s < p.depth; ++s) {  // the first units fly while the weights are split
+    const long long us = u + (long long)s * gridDim.x;
+    if (us < p.units) {
+      long long bs;
+      int y0;
+      unit_coords(us, p, bs, y0);
+      stage_unit(s_stage + s * p.slot_pitch, x + bs * p.img_floats + y0 * p.W, p);
+    }
     asm volatile("cp.async.commit_group;");
   }
 
@@ -219,17 +313,22 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
     s_off[i] = make_int2(pair_offset((i >> 2) * 8 + (i & 3), p), pair_offset((i >> 2) * 8 + (i & 3) + 4, p));
 
   int slot = 0;
-  for (; b < p.B; b += gridDim.x) {
+  for (; u < p.units; u += gridDim.x) {
     cp_async_wait(p.depth);
-    __syncthreads();  // image b is staged; every warp is done with the previous image's planes (and the tables)
+    __syncthreads();  // unit u is staged; every warp is done with the previous unit's planes (and the tables)
     if (p.depth > 0)
-      split_image(s_img, s_stage + slot * p.img_pitch, p);
-    else
-      split_image(s_img, x + b * p.img_floats, p);
+      split_image(s_img, s_stage + slot * p.slot_pitch, p);
+    else  // whole images only (plan): unit u is image u
+      split_image(s_img, x + u * p.img_floats, p);
     __syncthreads();  // the planes are complete; the staging slot is free
     if (p.depth > 0) {
-      const long long nb = b + (long long)p.depth * gridDim.x;
-      if (nb < p.B) stage_image(s_stage + slot * p.img_pitch, x + nb * p.img_floats, p);
+      const long long nu = u + (long long)p.depth * gridDim.x;
+      if (nu < p.units) {
+        long long nb;
+        int ny0;
+        unit_coords(nu, p, nb, ny0);
+        stage_unit(s_stage + slot * p.slot_pitch, x + nb * p.img_floats + ny0 * p.W, p);
+      }
       asm volatile("cp.async.commit_group;");
       slot = slot + 1 == p.depth ? 0 : slot + 1;
     }
@@ -265,7 +364,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
           k_loop<MT, NT, false>(acc, cor, base, nv, ah_p, al_p, p.ksteps * 32, s_off + t, s_img, p.ksteps);
         else
           k_loop<MT, NT, true>(acc, cor, base, nv, ah_p, al_p, p.ksteps * 32, s_off + t, s_img, p.ksteps);
-        // D rows g and g+8 are filters, columns 2t and 2t+1 consecutive pixels of the image: straight to y.
+        // D rows g and g+8 are filters, columns 2t and 2t+1 consecutive pixels of the band: straight to y. (The
+        // band's place in y is worked out here, not kept across the k-loop: two registers fewer there.)
+        long long b;
+        int y0;
+        unit_coords(u, p, b, y0);
+        float* const yb = y + b * p.M * p.Pimg + y0 * p.Wo;  // the band's first output of filter 0
 #pragma unroll
         for (int i = 0; i < NT; ++i) {
           if (i >= nv) continue;
@@ -276,8 +380,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
             if (m >= p.M) continue;
             const float o0 = fmaf(cor[j][i][2 * h], kSplitUnscale, acc[j][i][2 * h]);
             const float o1 = fmaf(cor[j][i][2 * h + 1], kSplitUnscale, acc[j][i][2 * h + 1]);
-            float* yo = y + (b * p.M + m) * p.P + n;
-            if ((p.P % 2) == 0 && n + 1 < p.P) {
+            float* yo = yb + (long long)m * p.Pimg + n;
+            if (p.vec2 && n + 1 < p.P) {
               __stcs(reinterpret_cast<float2*>(yo), make_float2(o0, o1));  // y is written once: evict first
             } else {
               if (n < p.P) yo[0] = o0;
@@ -317,50 +421,86 @@ const Config& pick(int M, int tiles, int& warps) {
   return *c;
 }
 
-size_t fixed_bytes(const SplitParams& p) {
-  return size_t(p.mtiles) * p.ksteps * 32 * 16 * 2 + size_t(p.ksteps) * 4 * 8 + size_t(p.split_words) * 8;
+size_t weight_bytes(const SplitParams& p) {  // A fragments (hi and lo) and the pair offsets
+  return size_t(p.mtiles) * p.ksteps * 32 * 16 * 2 + size_t(p.ksteps) * 4 * 8;
 }
-size_t smem_bytes(const SplitParams& p) { return fixed_bytes(p) + size_t(p.depth) * p.img_pitch * 4; }
+size_t fixed_bytes(const SplitParams& p) { return weight_bytes(p) + size_t(p.split_words) * 8; }
+size_t smem_bytes(const SplitParams& p) { return fixed_bytes(p) + size_t(p.depth) * p.slot_pitch * 4; }
 
 // Row pitch (Wh: (W + 2) / 2 words plus `extra`) and where copy O starts (o_shift words past a 128-byte line
 // boundary); then the deepest staging ring that fits.
 void set_layout(SplitParams& p, int extra, int o_shift) {
   p.Wh = (p.W + 2) / 2 + extra;
+  p.Wq = (p.Wh + 1) / 2;
   p.plane_words = p.rows * p.Wh;
   p.o_base = (p.plane_words + 15) / 16 * 16 + o_shift;
   p.split_words = (p.o_base + p.plane_words + 1) / 2 * 2;
-  p.div_wh = FastDiv(uint32_t(p.Wh));
+  p.div_wq = FastDiv(uint32_t(p.Wq));
   p.depth = 2;
   while (p.depth > 0 && smem_bytes(p) > kSmemLimit) --p.depth;
 }
 
+// Bands of bh output rows (bh = Ho: the whole image, one run of the image staged as it lies).
+void set_band(SplitParams& p, int bh) {
+  p.bh = bh;
+  p.nbands = (p.Ho + bh - 1) / bh;
+  p.units = p.B * p.nbands;
+  p.R = bh + p.K - 1;
+  p.rows = p.C * p.R;
+  p.P = bh * p.Wo;
+  p.tiles = (p.P + 7) / 8;
+  if (p.nbands == 1) {
+    p.runs = 1, p.run = p.img_floats, p.run_stride = 0;
+    p.vec4 = p.img_floats % 4 == 0;
+  } else {  // a band's rows of channel c: R * W floats from row y0 of plane c
+    p.runs = p.C, p.run = p.R * p.W, p.run_stride = p.H * p.W;
+    p.vec4 = p.W % 4 == 0;
+  }
+  p.slot_pitch = (p.runs * p.run + 3) / 4 * 4;
+  // Pixel pairs start at even n of a band, at y0 * Wo + n in the filter's plane: aligned when planes and every
+  // band's first row (i * bh, and Ho - bh) are even.
+  p.vec2 = p.Pimg % 2 == 0 && (p.nbands == 1 || p.Wo % 2 == 0 || (bh % 2 == 0 && p.Ho % 2 == 0));
+  p.div_bands = FastDiv(uint32_t(p.nbands));
+}
+
+std::string kb(size_t bytes) { return std::to_string((bytes + 1023) / 1024) + " KB"; }
+
+// The whole image when its split planes and the weights fit (any staging depth, 0 included: today's shapes keep
+// their one-band plan); else the tallest band that fits with one staging buffer, then evened out over the bands it
+// takes (ceil(Ho / nbands) rows each: the last band's overlap with the one before stays below nbands rows).
 std::string plan(const ConvShape& s, SplitParams& p) {
   const int64_t img = s.C * s.H * s.W, P = s.Ho() * s.Wo(), KH = (s.K + 1) / 2;
   const int64_t npairs = s.C * s.K * KH;
   if (img > (int64_t(1) << 24) || npairs > (int64_t(1) << 20) || s.M > (int64_t(1) << 20))
     return "gpu-split-f16: image or weights too large";
   p.C = int(s.C); p.H = int(s.H); p.W = int(s.W); p.M = int(s.M); p.K = int(s.K);
-  p.Ho = int(s.Ho()); p.Wo = int(s.Wo()); p.B = s.B; p.P = int(P);
-  p.tiles = int((P + 7) / 8);
+  p.Ho = int(s.Ho()); p.Wo = int(s.Wo()); p.B = s.B; p.Pimg = int(P);
   p.KH = int(KH);
   p.npairs = int(npairs);
   p.ksteps = int((npairs + 7) / 8);
   p.mtiles = int((s.M + 15) / 16);
   if (p.mtiles > 1) p.mtiles += p.mtiles % 2;  // M > 16 runs two m-tiles per pass (pick)
-  p.rows = int(s.C * s.H);
   p.img_floats = int(img);
-  p.img_pitch = int((img + 3) / 4 * 4);
-  p.vec4 = img % 4 == 0;
   p.div_wo = FastDiv(uint32_t(p.Wo));
+  set_band(p, p.Ho);
   set_layout(p, 0, 8);  // the tightest pitch; the launcher may pad it (choose_layout)
-  if (smem_bytes(p) > kSmemLimit) {
-    const size_t weights = fixed_bytes(p) - size_t(p.split_words) * 8;
-    return "gpu-split-f16: a " + std::to_string(s.C) + "-channel " + std::to_string(s.H) + "x" +
-           std::to_string(s.W) + " image split into two FP16 copies (" +
-           std::to_string(size_t(p.split_words) * 8 / 1024) + " KB) and " + std::to_string(s.M) +
-           " split filters (" + std::to_string(weights / 1024) + " KB) need more than the " +
-           std::to_string(kSmemLimit / 1024) + " KB of shared memory one block has";
+  if (smem_bytes(p) <= kSmemLimit) return "";
+  int bh = p.Ho - 1;
+  for (; bh >= 1; --bh) {
+    set_band(p, bh);
+    set_layout(p, 0, 8);
+    if (p.depth >= 1) break;
   }
+  if (bh < 1) {  // p holds the band of one output row
+    return "gpu-split-f16: " + std::to_string(s.M) + " split filters of " + std::to_string(s.C) + "x" +
+           std::to_string(s.K) + "x" + std::to_string(s.K) + " taps (" + kb(weight_bytes(p)) +
+           ") and a band of one output row (" + std::to_string(s.C) + " channels x " + std::to_string(p.R) +
+           " input rows: " + kb(size_t(p.split_words) * 8) + " split, " + kb(size_t(p.slot_pitch) * 4) +
+           " staged) need more than the " + std::to_string(kSmemLimit / 1024) +
+           " KB of shared memory one block has";
+  }
+  set_band(p, (p.Ho + p.nbands - 1) / p.nbands);
+  set_layout(p, 0, 8);
   return "";
 }
 
@@ -401,7 +541,7 @@ long bank_wavefronts(const SplitParams& p) {
 void choose_layout(SplitParams& p) {
   static std::mutex mu;
   static std::map<std::array<int, 5>, std::pair<int, int>> chosen;
-  const std::array<int, 5> key{p.C, p.H, p.W, p.M, p.K};
+  const std::array<int, 5> key{p.C, p.H, p.W, p.M, p.K};  // (the band follows from these)
   {
     const std::lock_guard<std::mutex> lock(mu);
     const auto it = chosen.find(key);
@@ -413,7 +553,7 @@ void choose_layout(SplitParams& p) {
     for (int o_shift : {8, 4, 12, 6, 10, 2, 14, 0}) {
       SplitParams q = p;
       set_layout(q, extra, o_shift);
-      if (q.depth < p.depth || smem_bytes(q) > kSmemLimit) continue;
+      if (q.depth < p.depth || smem_bytes(q) > kSmemLimit) continue;  // (a band keeps depth >= 1)
       const long cost = bank_wavefronts(q);
       if (cost < best_cost) best_cost = cost, best = {extra, o_shift};
     }
@@ -447,11 +587,18 @@ void conv_fwd_gpu_split_f16(const float* x, const float* k, float* y, const Conv
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, c.kernel, threads, smem));
   if (per_sm < 1) throw std::invalid_argument("gpu-split-f16: a block does not fit on an SM");
-  // Persistent blocks: each walks images blockIdx.x, +gridDim.x, ... so the weights are split once per block and
-  // the cp.async ring always has the next images to fetch.
-  const dim3 grid{unsigned(std::min<long long>(s.B, (long long)(sms) * per_sm)), 1u, 1u};
-  c.kernel<<<grid, threads, smem, st>>>(x, k, y, p);
-  CUDA_CHECK_LAUNCH();
+  // Persistent blocks: each walks units blockIdx.x, +gridDim.x, ... so the weights are split once per block and
+  // the cp.async ring always has the next units to fetch. With bands, a launch takes fewer than 2^31 units (the
+  // kernel divides a unit's index in 32 bits): larger batches go in several launches.
+  const long long per_launch = p.nbands == 1 ? s.B : ((1LL << 31) - 1) / p.nbands;
+  for (long long b0 = 0; b0 < s.B; b0 += per_launch) {
+    SplitParams q = p;
+    q.B = std::min(per_launch, s.B - b0);
+    q.units = q.B * q.nbands;
+    const dim3 grid{unsigned(std::min<long long>(q.units, (long long)(sms) * per_sm)), 1u, 1u};
+    c.kernel<<<grid, threads, smem, st>>>(x + b0 * p.img_floats, k, y + b0 * p.M * p.Pimg, q);
+    CUDA_CHECK_LAUNCH();
+  }
 }
 
 // Split operands: float32 accuracy (products to ~2^-22 relative, float32 sums), the default tolerance.

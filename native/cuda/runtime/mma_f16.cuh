@@ -34,6 +34,16 @@ __device__ __forceinline__ uint32_t pack_half2(__half first, __half second) {
   return uint32_t(__half_as_ushort(first)) | (uint32_t(__half_as_ushort(second)) << 16);
 }
 
+// split_f16 of two values at once, packed: .x = (hi(a), hi(b)), .y = (lo(a), lo(b)), `a` in the low halves. The
+// same operations as split_f16 (so bit for bit the same halves), but each rounding to FP16 is one packed
+// cvt.rn.f16x2.f32 for both values: 2 conversions to FP16 for two values where split_f16 spends 4.
+__device__ __forceinline__ uint2 split_f16x2(float a, float b) {
+  const __half2 hi = __floats2half2_rn(a, b);
+  const float2 h = __half22float2(hi);
+  const __half2 lo = __floats2half2_rn((a - h.x) * kSplitScale, (b - h.y) * kSplitScale);
+  return make_uint2(*reinterpret_cast<const uint32_t*>(&hi), *reinterpret_cast<const uint32_t*>(&lo));
+}
+
 // D += A B, mma.sync m16n8k16, FP16 operands, float32 accumulators (PTX ISA, "Matrix Fragments for mma.m16n8k16"
 // with floating point types), lane = 4g + t, each register two halves (lower k in the low 16 bits):
 //   A (16x16, row): a0 (row g, k 2t..2t+1), a1 (row g+8, k 2t..2t+1), a2 (row g, k 2t+8..2t+9), a3 (row g+8, k 2t+8..)
