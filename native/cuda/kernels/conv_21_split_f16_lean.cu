@@ -97,17 +97,6 @@ __device__ __forceinline__ void stage_image(float* dst, const float* src, const 
   }
 }
 
-__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
-
-// Two floats -> (hi pair, lo pair), each a half2 with the first value in the low half: bit-identical to
-// split_f16 on each (one packed conversion per plane instead of two scalar ones).
-__device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
-  const __half2 h = __floats2half2_rn(a, b);
-  const float2 hf = __half22float2(h);
-  hi = h2_bits(h);
-  lo = h2_bits(__floats2half2_rn((a - hf.x) * kSplitScale, (b - hf.y) * kSplitScale));
-}
-
 // src (one fp32 image: staging buffer or global memory) -> the four planes. Run u of row r covers columns 4u ..
 // 4u+3: E words 2u = (4u, 4u+1), 2u+1 = (4u+2, 4u+3); O words 2u = (4u+1, 4u+2), 2u+1 = (4u+3, 4u+4), the
 // halves of O taken from E's and from column 4u+4 (split here too: a run is independent of its neighbours).
@@ -120,10 +109,8 @@ __device__ __forceinline__ void split_image(uint32_t* s_split, const float* src,
     float v[5];
 #pragma unroll
     for (int e = 0; e < 5; ++e) v[e] = c0 + e < p.W ? row[c0 + e] : 0.0f;
-    uint32_t h01, l01, h23, l23, h4x, l4x;
-    split2(v[0], v[1], h01, l01);
-    split2(v[2], v[3], h23, l23);
-    split2(v[4], 0.0f, h4x, l4x);
+    const uint2 s01 = split_f16x2(v[0], v[1]), s23 = split_f16x2(v[2], v[3]), s4 = split_f16x2(v[4], 0.0f);
+    const uint32_t h01 = s01.x, l01 = s01.y, h23 = s23.x, l23 = s23.y, h4x = s4.x, l4x = s4.y;
     const int w = r * p.Wh + 2 * (c0 / 4);
     uint2* hiE = reinterpret_cast<uint2*>(s_split + w);
     uint2* hiO = reinterpret_cast<uint2*>(s_split + p.o_base + w);
