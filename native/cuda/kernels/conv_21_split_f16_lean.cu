@@ -32,7 +32,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -57,10 +56,7 @@ struct LeanParams {
   int C, H, W, M, K, Ho, Wo;
   long long B;
   int P;            // Ho * Wo: output pixels of one image
-  int tiles;        // 8-pixel n-tiles of one image
-  int block4;       // 0: an n-tile is 8 consecutive pixels of the image (rows wrap); 1: 2 rows x 4 columns
-  int tiles_x;      // block4: n-tiles per pair of output rows, ceil(Wo / 4)
-  int vec2;         // the two pixels a lane stores are one 8-byte aligned float2 whenever both exist
+  int tiles;        // ceil(P / 8): 8-pixel n-tiles of one image
   int KH;           // ceil(K / 2): tap pairs per filter row
   int npairs;       // C * K * KH
   int ksteps;       // ceil(npairs / 8)
@@ -76,7 +72,7 @@ struct LeanParams {
   int img_pitch;    // img_floats rounded up to 4
   bool vec4;        // img_floats % 4 == 0
   int depth;        // staging buffers (images in flight); 0: the split reads global memory
-  FastDiv div_runs, div_wo, div_tx;
+  FastDiv div_runs, div_wo;
 };
 
 __device__ __forceinline__ void cp_async_wait(int depth) {
@@ -141,28 +137,6 @@ __host__ __device__ __forceinline__ int pixel_word(int oy, int ox, const LeanPar
 
 // A B register: 32 bits at a shared-window byte address plus an immediate (the lo planes are a fixed distance
 // past the hi planes, so their loads need no address arithmetic of their own).
-// Pixel g (0..7) of n-tile T: (oy, ox), and whether it is in the image.
-__host__ __device__ __forceinline__ bool tile_pixel(int T, int g, const LeanParams& p, int& oy, int& ox) {
-  if (p.block4) {
-#ifdef __CUDA_ARCH__
-    const int ty = int(p.div_tx.div(uint32_t(T)));
-#else
-    const int ty = T / p.tiles_x;
-#endif
-    oy = 2 * ty + (g >> 2);
-    ox = 4 * (T - ty * p.tiles_x) + (g & 3);
-    return oy < p.Ho && ox < p.Wo;
-  }
-  const int n = T * 8 + g;
-#ifdef __CUDA_ARCH__
-  oy = int(p.div_wo.div(uint32_t(n)));
-#else
-  oy = n / p.Wo;
-#endif
-  ox = n - oy * p.Wo;
-  return n < p.P;
-}
-
 template <int OFF>
 __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   uint32_t v;
@@ -171,23 +145,20 @@ __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
 }
 
 // This lane's byte bases for the warp's n-tiles of the group starting at tile tg (pixel column g of each).
-// This lane's part of the warp's n-tiles in the group starting at tile tg: pix, the shared-window byte address
-// of its B column (pixel g; a pixel outside the image reads word 0 against its own discarded column), and out,
-// where its two stored pixels (2t, 2t+1) go: (offset in an output plane) << 1 | (the second exists), or -1.
 template <int NT>
-__device__ __forceinline__ int tile_bases(uint32_t (&pix)[NT], int (&out)[NT], uint32_t s_hi, int tg, int warp,
-                                          int warps, int lane, const LeanParams& p) {
-  const int g = lane >> 2, t = lane & 3;
+__device__ __forceinline__ int tile_bases(uint32_t (&pix)[NT], uint32_t s_hi, int tg, int warp, int warps, int g,
+                                          const LeanParams& p) {
   const int first = tg + warp;
   const int nv = first < p.tiles ? min(NT, (p.tiles - first + warps - 1) / warps) : 0;
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
-    const int T = first + i * warps;
-    int oy, ox;
-    pix[i] = s_hi + 4u * uint32_t(tile_pixel(T, g, p, oy, ox) ? pixel_word(oy, ox, p) : 0);
-    int oy1, ox1;
-    const bool v1 = tile_pixel(T, 2 * t + 1, p, oy1, ox1);
-    out[i] = tile_pixel(T, 2 * t, p, oy, ox) ? ((oy * p.Wo + ox) << 1 | int(v1)) : -1;
+    const int n = (first + i * warps) * 8 + g;
+    int w = 0;
+    if (n < p.P) {
+      const int oy = int(p.div_wo.div(uint32_t(n))), ox = n - oy * p.Wo;
+      w = pixel_word(oy, ox, p);
+    }
+    pix[i] = s_hi + 4u * uint32_t(w);
   }
   return nv;
 }
@@ -220,7 +191,7 @@ __device__ __forceinline__ void k_loop(float (&acc)[MT][NT][4], float (&cor)[MT]
 
 // One group of n-tiles for m-tiles mt0 .. mt0+MT-1 of image b: accumulate, then straight to y.
 template <int MT, int NT, int LO>
-__device__ __forceinline__ void tile_group(const uint32_t (&pix)[NT], const int (&out)[NT], int nv, int mt0,
+__device__ __forceinline__ void tile_group(const uint32_t (&pix)[NT], int nv, int first, int warps, int mt0,
                                            const uint4* s_ah, const uint4* s_al, const int2* s_off, float* y,
                                            long long b, int lane, const LeanParams& p) {
   const int g = lane >> 2, t = lane & 3;
@@ -237,15 +208,15 @@ __device__ __forceinline__ void tile_group(const uint32_t (&pix)[NT], const int 
     k_loop<MT, NT, LO, false>(acc, cor, pix, nv, ah_p, al_p, p.ksteps * 32, s_off + t, p.ksteps);
   else
     k_loop<MT, NT, LO, true>(acc, cor, pix, nv, ah_p, al_p, p.ksteps * 32, s_off + t, p.ksteps);
-  // D rows g and g+8 are filters, columns 2t and 2t+1 two horizontally adjacent pixels: straight to y. The 64-bit
-  // address is formed once per image and m-tile pass; per store a 32-bit offset from out.
+  // D rows g and g+8 are filters, columns 2t and 2t+1 consecutive pixels of the image: straight to y. The 64-bit
+  // address is formed once per image and m-tile pass; per store a 32-bit offset (a pixel n is even, so with P
+  // even n < P means both n and n + 1 are in the image and the float2 is 8-byte aligned).
   const int m_lane = mt0 * 16 + g;
   float* yb = y + (size_t(b) * p.M + m_lane) * size_t(p.P);
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
-    if (i >= nv || out[i] < 0) continue;
-    const int n = out[i] >> 1;
-    const bool both = out[i] & 1;
+    if (i >= nv) continue;
+    const int n = (first + i * warps) * 8 + 2 * t;
 #pragma unroll
     for (int jh = 0; jh < 2 * MT; ++jh) {
       const int j = jh / 2, h = jh % 2;
@@ -253,11 +224,11 @@ __device__ __forceinline__ void tile_group(const uint32_t (&pix)[NT], const int 
       const float o0 = fmaf(cor[j][i][2 * h], kSplitUnscale, acc[j][i][2 * h]);
       const float o1 = fmaf(cor[j][i][2 * h + 1], kSplitUnscale, acc[j][i][2 * h + 1]);
       float* yo = yb + uint32_t((16 * j + 8 * h) * p.P + n);
-      if (p.vec2 && both) {
-        __stcs(reinterpret_cast<float2*>(yo), make_float2(o0, o1));  // y is written once: evict first
+      if ((p.P & 1) == 0) {
+        if (n < p.P) __stcs(reinterpret_cast<float2*>(yo), make_float2(o0, o1));  // written once: evict first
       } else {
-        yo[0] = o0;
-        if (both) yo[1] = o1;
+        if (n < p.P) yo[0] = o0;
+        if (n + 1 < p.P) yo[1] = o1;
       }
     }
   }
@@ -278,7 +249,7 @@ __global__ void __launch_bounds__(max_warps(MT * NT) * 32, 2)
   int2* s_off = reinterpret_cast<int2*>(base + p.off_off);               // [ksteps][t]: byte offsets, pairs t, t+4
   float* s_stage = reinterpret_cast<float*>(base + p.stage_off);         // [depth][img_pitch]
   const uint32_t s_hi = uint32_t(__cvta_generic_to_shared(base));
-  const int warps = int(blockDim.x) / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warps = int(blockDim.x) / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2;
 
   long long b = blockIdx.x;
   for (int s = 0; s < p.depth; ++s) {  // the first images fly while the weights are split
@@ -313,8 +284,7 @@ __global__ void __launch_bounds__(max_warps(MT * NT) * 32, 2)
   // One group of n-tiles covers the image (warps * NT >= tiles): this lane's bases are the same for every image.
   const bool one_group = p.tiles <= warps * NT;
   uint32_t pix0[NT];
-  int out0[NT];
-  const int nv0 = tile_bases<NT>(pix0, out0, s_hi, 0, warp, warps, lane, p);
+  const int nv0 = tile_bases<NT>(pix0, s_hi, 0, warp, warps, g, p);
 
   int slot = 0;
   for (; b < p.B; b += gridDim.x) {
@@ -334,14 +304,13 @@ __global__ void __launch_bounds__(max_warps(MT * NT) * 32, 2)
 
     for (int mt0 = 0; mt0 < p.mtiles; mt0 += MT) {  // p.mtiles is a multiple of MT (zero filters pad it)
       if (one_group) {
-        if (nv0 > 0) tile_group<MT, NT, LO>(pix0, out0, nv0, mt0, s_ah, s_al, s_off, y, b, lane, p);
+        if (nv0 > 0) tile_group<MT, NT, LO>(pix0, nv0, warp, warps, mt0, s_ah, s_al, s_off, y, b, lane, p);
         continue;
       }
       for (int tg = 0; tg < p.tiles; tg += warps * NT) {
         uint32_t pix[NT];
-        int out[NT];
-        const int nv = tile_bases<NT>(pix, out, s_hi, tg, warp, warps, lane, p);
-        if (nv > 0) tile_group<MT, NT, LO>(pix, out, nv, mt0, s_ah, s_al, s_off, y, b, lane, p);
+        const int nv = tile_bases<NT>(pix, s_hi, tg, warp, warps, g, p);
+        if (nv > 0) tile_group<MT, NT, LO>(pix, nv, tg + warp, warps, mt0, s_ah, s_al, s_off, y, b, lane, p);
       }
     }
   }
@@ -366,15 +335,7 @@ constexpr Config config() {
 // MT = 2 m-tiles per pass when M > 16 (each B load feeds 6 MMAs), else 1. Then the fewest n-tiles per warp that
 // let at most max_warps warps cover an image in one group; the largest beyond that (the groups then loop).
 const Config& pick(int M, int tiles, int& warps) {
-  static const Config configs[] = {config<1, 1>(), config<1, 2>(), config<1, 3>(), config<1, 4>(), config<1, 6>(),
-                                   config<2, 2>()};
-  const char* force = std::getenv("PYCONV_LEAN_NT");  // EXPERIMENT ONLY
-  if (force && M <= 16)
-    for (const Config& cc : configs)
-      if (cc.mt == 1 && cc.nt == std::atoi(force)) {
-        warps = std::min(max_warps(cc.nt), (tiles + cc.nt - 1) / cc.nt);
-        return cc;
-      }
+  static const Config configs[] = {config<1, 1>(), config<1, 2>(), config<1, 3>(), config<1, 4>(), config<2, 2>()};
   const int mt = M > 16 ? 2 : 1;
   const Config* c = nullptr;
   for (const Config& cc : configs) {
@@ -412,17 +373,6 @@ void set_offsets(LeanParams& p) {
 }
 size_t smem_bytes(const LeanParams& p) { return size_t(p.total); }
 
-// The n-tiles: 8 consecutive pixels of the image (block4 = 0) or 2 rows x 4 columns (block4 = 1).
-void set_tiling(LeanParams& p, int block4) {
-  p.block4 = block4;
-  p.tiles_x = (p.Wo + 3) / 4;
-  p.div_tx = FastDiv(uint32_t(p.tiles_x));
-  p.tiles = block4 ? (p.Ho + 1) / 2 * p.tiles_x : (p.P + 7) / 8;
-  // The two pixels a lane stores start at an even offset of an output plane; planes start 8-byte aligned when P is
-  // even (block4: their row offset oy * Wo is even when Wo is).
-  p.vec2 = block4 ? p.Wo % 2 == 0 : p.P % 2 == 0;
-}
-
 // Row pitch (Wh: the fewest even words covering W + 1 columns, plus `extra` pairs of words) and where copy O
 // starts (o_shift words past a 32-word boundary); then the deepest staging ring that fits.
 void set_layout(LeanParams& p, int extra, int o_shift) {
@@ -445,6 +395,7 @@ std::string plan(const ConvShape& s, LeanParams& p) {
     return "gpu-split-f16-lean: image or weights too large";
   p.C = int(s.C); p.H = int(s.H); p.W = int(s.W); p.M = int(s.M); p.K = int(s.K);
   p.Ho = int(s.Ho()); p.Wo = int(s.Wo()); p.B = s.B; p.P = int(P);
+  p.tiles = int((P + 7) / 8);
   p.KH = int(KH);
   p.npairs = int(npairs);
   p.ksteps = int((npairs + 7) / 8);
@@ -455,7 +406,6 @@ std::string plan(const ConvShape& s, LeanParams& p) {
   p.img_pitch = int((img + 3) / 4 * 4);
   p.vec4 = img % 4 == 0;
   p.div_wo = FastDiv(uint32_t(p.Wo));
-  set_tiling(p, 0);
   set_layout(p, 0, 16);  // the tightest pitch; the launcher may pad it (choose_layout)
   if (smem_bytes(p) > kSmemLimit) {
     const size_t weights = size_t(p.mtiles) * p.ksteps * 32 * 16 * 2;
@@ -469,16 +419,15 @@ std::string plan(const ConvShape& s, LeanParams& p) {
 }
 
 // The bank model of the image loads: a warp's LDS.32 is one wavefront per bank touched by distinct words (equal
-// words are broadcast). Summed over the loads of up to 48 n-tiles and 12 k-steps of an image, scaled to all of its
-// n-tiles (the lo plane repeats the hi plane's pattern).
+// words are broadcast). Summed over the loads of the first 24 n-tiles and 12 k-steps of an image (the lo plane
+// repeats the hi plane's pattern).
 long bank_wavefronts(const LeanParams& p) {
   long total = 0;
-  const int sampled = std::min(p.tiles, 48);
-  for (int tile = 0; tile < sampled; ++tile) {
+  for (int tile = 0; tile < std::min(p.tiles, 24); ++tile) {
     int base[8];
     for (int g = 0; g < 8; ++g) {
-      int oy, ox;
-      base[g] = tile_pixel(tile, g, p, oy, ox) ? pixel_word(oy, ox, p) : 0;
+      const int n = tile * 8 + g;
+      base[g] = n < p.P ? pixel_word(n / p.Wo, n % p.Wo, p) : 0;
     }
     for (int ks = 0; ks < std::min(p.ksteps, 12); ++ks)
       for (int h = 0; h < 2; ++h) {
@@ -493,45 +442,35 @@ long bank_wavefronts(const LeanParams& p) {
         total += worst;
       }
   }
-  return total * p.tiles / sampled;
+  return total;
 }
 
-// Per shape (once, then cached): the n-tile shape and layout with the fewest modelled wavefronts for the whole
-// image, among both n-tile shapes, up to 7 extra word pairs of row pitch and 16 positions of copy O that keep the
-// staging ring as deep. (A 2 x 4 n-tile reads 2 rows of 4 neighbouring windows, whose words fall in fewer banks
-// than 8 pixels of one row that may wrap; it wastes columns where Wo is not a multiple of 4.)
+// Per shape (once, then cached): the layout with the fewest modelled wavefronts among up to 7 extra word pairs
+// of row pitch and 16 positions of copy O that keep the staging ring as deep.
 void choose_layout(LeanParams& p) {
   static std::mutex mu;
-  static std::map<std::array<int, 5>, std::array<int, 3>> chosen;
+  static std::map<std::array<int, 5>, std::pair<int, int>> chosen;
   const std::array<int, 5> key{p.C, p.H, p.W, p.M, p.K};
   {
     const std::lock_guard<std::mutex> lock(mu);
     const auto it = chosen.find(key);
-    if (it != chosen.end()) {
-      set_tiling(p, it->second[0]);
-      return set_layout(p, it->second[1], it->second[2]);
-    }
+    if (it != chosen.end()) return set_layout(p, it->second.first, it->second.second);
   }
-  std::array<int, 3> best{0, 0, 16};
+  std::pair<int, int> best{0, 16};
   long best_cost = bank_wavefronts(p);
-  const char* force = std::getenv("PYCONV_LEAN_TILING");  // EXPERIMENT ONLY
-  for (int block4 = 0; block4 <= 1; ++block4)
-    for (int extra = 0; extra <= 7; ++extra)
-      for (int o_shift = 0; o_shift < 32; o_shift += 2) {
-        if (force && block4 != std::atoi(force)) continue;
-        LeanParams q = p;
-        set_tiling(q, block4);
-        set_layout(q, extra, o_shift);
-        if (q.depth < p.depth || smem_bytes(q) > kSmemLimit) continue;
-        const long cost = bank_wavefronts(q);
-        if (cost < best_cost || (force && best[0] != block4)) best_cost = cost, best = {block4, extra, o_shift};
-      }
+  for (int extra = 0; extra <= 7; ++extra)
+    for (int o_shift = 0; o_shift < 32; o_shift += 2) {
+      LeanParams q = p;
+      set_layout(q, extra, o_shift);
+      if (q.depth < p.depth || smem_bytes(q) > kSmemLimit) continue;
+      const long cost = bank_wavefronts(q);
+      if (cost < best_cost) best_cost = cost, best = {extra, o_shift};
+    }
   {
     const std::lock_guard<std::mutex> lock(mu);
     chosen[key] = best;
   }
-  set_tiling(p, best[0]);
-  set_layout(p, best[1], best[2]);
+  set_layout(p, best.first, best.second);
 }
 
 }  // namespace
