@@ -1,7 +1,6 @@
 """Step 22 (gpu-tensor-core-tf32-lean): one TF32 pass from the staged image, rounded in place, checked where its
-index maths can go wrong: the A fragments held in registers (up to 12 and up to 20 k-steps, padded) or read
-from shared memory, one n-tile group (bases computed once per block) and several, n-tiles per warp 1 to 6 and
-two m-tiles per pass, both slots of the staging ring (more images than persistent blocks), odd pixel counts
+index maths can go wrong: one n-tile group (bases computed once per block) and several, n-tiles per warp 1 to 6
+and two m-tiles per pass, both slots of the staging ring (more images than persistent blocks), odd pixel counts
 (scalar stores), K = 1 to 7, padded taps past the depth. Held to its declared TF32 tolerance; shapes whose two
 staged images and weights do not fit are refused with one line."""
 
@@ -30,8 +29,7 @@ SHAPES = [
     (3, 3, 8, 9, 17, 2),        # M = 17
     (3, 3, 12, 13, 33, 3),      # M = 33: three m-tiles padded to four
     (2, 2, 17, 19, 8, 3),
-    (2, 8, 12, 12, 16, 5),      # 25 k-steps: past what registers hold, the fragments come from shared memory
-    (2, 29, 20, 20, 19, 5),     # C = 29: 91 k-steps, two m-tiles, 186 KB of shared memory
+    (2, 29, 29, 29, 19, 5),     # the sweep's worst shape for the split-FP16 steps
     (5000, 1, 6, 7, 2, 3),      # more images than persistent blocks: both slots of the ring
 ]
 

@@ -38,10 +38,6 @@ namespace pyconv {
 namespace {
 
 constexpr size_t kSmemLimit = 220 * 1024;  // per block, opted in (sm_90 allows 227 KB)
-constexpr int kMaxRegKsteps = 20;          // up to this many k-steps, the A fragments are held in registers
-// ... by blocks of up to 7 warps of 3 n-tiles (the n-tile groups loop): two blocks per SM leave 144 registers per
-// thread, 80 of them the fragments of 20 k-steps (-Xptxas -v, CUDA 13, sm_90: 6 n-tiles per warp take 176).
-constexpr int kRegWarps = 7;
 
 // Warps per block at most, per accumulator tiles per warp (MT x NT): two blocks per SM fit in the register file
 // (-Xptxas -v, CUDA 13, sm_90: these counts do not spill).
@@ -54,7 +50,6 @@ struct LeanTf32Params {
   int tiles;       // ceil(P / 8): 8-pixel n-tiles
   int ckk;         // C * K * K: the GEMM depth
   int ksteps;      // ceil(ckk / 8)
-  int ktab;        // k-steps in the offset table: max(ksteps, kMaxRegKsteps) (padded ones read offset 0)
   int mtiles;      // ceil(M / 16), even when > 1 (two m-tiles per pass)
   int img_floats;  // C * H * W
   int img_pitch;   // img_floats rounded up to 4 (each slot 16-byte aligned)
@@ -121,32 +116,14 @@ __device__ __forceinline__ void k_loop(float (&acc)[MT][NT][4], const uint32_t (
   }
 }
 
-// The same with the A fragments of all KS k-steps in registers (one m-tile; k-steps past the depth have zero
-// fragments and read offset 0): only the B loads and the offset table touch shared memory.
-template <int NT, int KS, bool GUARDED>
-__device__ __forceinline__ void k_loop_regs(float (&acc)[1][NT][4], const uint32_t (&pix)[NT], int nv,
-                                            const uint4 (&a)[KS], const int2* off_p) {
-#pragma unroll
-  for (int ks = 0; ks < KS; ++ks) {
-    const int2 o = off_p[ks * 4];
-#pragma unroll
-    for (int i = 0; i < NT; ++i) {
-      if (GUARDED && i >= nv) continue;
-      const uint32_t b0 = ldx(pix[i] + uint32_t(o.x)), b1 = ldx(pix[i] + uint32_t(o.y));
-      mma_tf32(acc[0][i], a[ks].x, a[ks].y, a[ks].z, a[ks].w, b0, b1);
-    }
-  }
-}
-
-// KS = 0: the A fragments are read from shared memory per k-step; KS > 0 (MT = 1, ksteps <= KS): held in
-// registers for the block's life. The kernels below wrap it with their register bounds.
-template <int MT, int NT, int KS>
-__device__ __forceinline__ void tf32_lean_body(const float* __restrict__ x, const float* __restrict__ k,
-                                               float* __restrict__ y, const LeanTf32Params& p) {
+template <int MT, int NT>
+__global__ void __launch_bounds__(max_warps(MT * NT) * 32, 2)
+    conv_fwd_gpu_tf32_lean_kernel(const float* __restrict__ x, const float* __restrict__ k, float* __restrict__ y,
+                                  const LeanTf32Params p) {
   extern __shared__ uint4 smem[];
   unsigned char* base = reinterpret_cast<unsigned char*>(smem);
   uint4* s_a = reinterpret_cast<uint4*>(base + p.a_off);        // [mtiles][ksteps][32 lanes]: A fragments, TF32
-  int2* s_off = reinterpret_cast<int2*>(base + p.off_off);      // [2 slots][ktab][t]: byte offsets, taps t, t+4
+  int2* s_off = reinterpret_cast<int2*>(base + p.off_off);      // [2 slots][ksteps][t]: byte offsets, taps t, t+4
   float* s_stage = reinterpret_cast<float*>(base + p.stage_off);  // [2][img_pitch]: the images
   const int warps = int(blockDim.x) / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
@@ -165,8 +142,8 @@ __device__ __forceinline__ void tf32_lean_body(const float* __restrict__ x, cons
   // Tap -> byte offset from a pixel's base in slot 0 (slot 1: + one slot); padded taps read the pixel itself.
   const uint32_t s_x = uint32_t(__cvta_generic_to_shared(s_stage));
   const int KK = p.K * p.K;
-  for (int i = threadIdx.x; i < 2 * p.ktab * 4; i += blockDim.x) {
-    const int slot = i / (p.ktab * 4), r = i - slot * p.ktab * 4, ks = r >> 2, tt = r & 3;
+  for (int i = threadIdx.x; i < 2 * p.ksteps * 4; i += blockDim.x) {
+    const int slot = i / (p.ksteps * 4), r = i - slot * p.ksteps * 4, ks = r >> 2, tt = r & 3;
     int2 o;
     int* op = &o.x;
     for (int h = 0; h < 2; ++h) {
@@ -197,13 +174,6 @@ __device__ __forceinline__ void tf32_lean_body(const float* __restrict__ x, cons
   };
   uint32_t pix0[NT];
   bases(pix0, warp);
-  constexpr int KR = KS > 0 ? KS : 1;
-  uint4 a_reg[KR];
-  if constexpr (KS > 0) {
-    __syncthreads();  // the fragments are in shared memory
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks) a_reg[ks] = ks < p.ksteps ? s_a[ks * 32 + lane] : make_uint4(0u, 0u, 0u, 0u);
-  }
   const int nv0 = warp < p.tiles ? min(NT, (p.tiles - warp + warps - 1) / warps) : 0;
 
   // One group of n-tiles for m-tiles mt0 .. mt0+MT-1 of image b from slot `slot`: accumulate, then straight to y.
@@ -214,18 +184,11 @@ __device__ __forceinline__ void tf32_lean_body(const float* __restrict__ x, cons
 #pragma unroll
       for (int i = 0; i < NT; ++i) acc[j][i][0] = acc[j][i][1] = acc[j][i][2] = acc[j][i][3] = 0.0f;
     const uint4* a_p = s_a + mt0 * p.ksteps * 32 + lane;
-    const int2* off_p = s_off + slot * p.ktab * 4 + t;
-    if constexpr (KS > 0) {
-      if (nv == NT)
-        k_loop_regs<NT, KS, false>(acc, pix, nv, a_reg, off_p);
-      else
-        k_loop_regs<NT, KS, true>(acc, pix, nv, a_reg, off_p);
-    } else {
-      if (nv == NT)
-        k_loop<MT, NT, false>(acc, pix, nv, a_p, p.ksteps * 32, off_p, p.ksteps);
-      else
-        k_loop<MT, NT, true>(acc, pix, nv, a_p, p.ksteps * 32, off_p, p.ksteps);
-    }
+    const int2* off_p = s_off + slot * p.ksteps * 4 + t;
+    if (nv == NT)
+      k_loop<MT, NT, false>(acc, pix, nv, a_p, p.ksteps * 32, off_p, p.ksteps);
+    else
+      k_loop<MT, NT, true>(acc, pix, nv, a_p, p.ksteps * 32, off_p, p.ksteps);
     // D rows g and g+8 are filters, columns 2t and 2t+1 consecutive pixels (n even: with P even, n < P means both
     // exist and the float2 is 8-byte aligned).
     const int m_lane = mt0 * 16 + g;
@@ -273,44 +236,21 @@ __device__ __forceinline__ void tf32_lean_body(const float* __restrict__ x, cons
   }
 }
 
-template <int MT, int NT>
-__global__ void __launch_bounds__(max_warps(MT * NT) * 32, 2)
-    conv_fwd_gpu_tf32_lean_kernel(const float* __restrict__ x, const float* __restrict__ k, float* __restrict__ y,
-                                  const LeanTf32Params p) {
-  tf32_lean_body<MT, NT, 0>(x, k, y, p);
-}
-
-// A fragments in registers: 144 registers per thread let two blocks of kRegWarps warps share an SM (the register
-// file is allocated per warp in units of 256; 146, what ptxas takes unbounded for KS = 20, would leave one).
-template <int KS>
-__global__ void __maxnreg__(144)
-    conv_fwd_gpu_tf32_lean_regs_kernel(const float* __restrict__ x, const float* __restrict__ k,
-                                       float* __restrict__ y, const LeanTf32Params p) {
-  tf32_lean_body<1, 3, KS>(x, k, y, p);
-}
-
 using LeanTf32Kernel = void (*)(const float*, const float*, float*, const LeanTf32Params);
 
 struct Config {
-  int mt, nt, ks;
+  int mt, nt;
   LeanTf32Kernel kernel;
 };
 
-// A fragments in registers (KS > 0) for one m-tile of at most 20 k-steps whose n-tiles 7 warps of 6 cover. Else
-// MT = 2 m-tiles per pass when M > 16, and the fewest n-tiles per warp that let max_warps cover an image in one
-// group; the largest beyond that (the groups then loop).
-const Config& pick(int M, int tiles, int ksteps, int& warps) {
-  static const Config regs[] = {{1, 3, 12, conv_fwd_gpu_tf32_lean_regs_kernel<12>},
-                                {1, 3, kMaxRegKsteps, conv_fwd_gpu_tf32_lean_regs_kernel<kMaxRegKsteps>}};
+// MT = 2 m-tiles per pass when M > 16, else 1. Then the fewest n-tiles per warp that let max_warps cover an image
+// in one group; the largest beyond that (the groups then loop).
+const Config& pick(int M, int tiles, int& warps) {
   static const Config configs[] = {
-      {1, 1, 0, conv_fwd_gpu_tf32_lean_kernel<1, 1>}, {1, 2, 0, conv_fwd_gpu_tf32_lean_kernel<1, 2>},
-      {1, 3, 0, conv_fwd_gpu_tf32_lean_kernel<1, 3>}, {1, 6, 0, conv_fwd_gpu_tf32_lean_kernel<1, 6>},
-      {2, 1, 0, conv_fwd_gpu_tf32_lean_kernel<2, 1>}, {2, 3, 0, conv_fwd_gpu_tf32_lean_kernel<2, 3>},
+      {1, 1, conv_fwd_gpu_tf32_lean_kernel<1, 1>}, {1, 2, conv_fwd_gpu_tf32_lean_kernel<1, 2>},
+      {1, 3, conv_fwd_gpu_tf32_lean_kernel<1, 3>}, {1, 6, conv_fwd_gpu_tf32_lean_kernel<1, 6>},
+      {2, 1, conv_fwd_gpu_tf32_lean_kernel<2, 1>}, {2, 3, conv_fwd_gpu_tf32_lean_kernel<2, 3>},
   };
-  if (M <= 16 && ksteps <= kMaxRegKsteps) {
-    warps = std::min(kRegWarps, (tiles + 2) / 3);
-    return regs[ksteps <= 12 ? 0 : 1];
-  }
   const int mt = M > 16 ? 2 : 1;
   const Config* c = nullptr;
   for (const Config& cc : configs) {
@@ -331,14 +271,13 @@ std::string plan(const ConvShape& s, LeanTf32Params& p) {
   p.tiles = int((P + 7) / 8);
   p.ckk = int(ckk);
   p.ksteps = int((ckk + 7) / 8);
-  p.ktab = std::max(p.ksteps, kMaxRegKsteps);
   p.mtiles = int((s.M + 15) / 16);
   if (p.mtiles > 1) p.mtiles += p.mtiles % 2;
   p.img_floats = int(img);
   p.img_pitch = int((img + 3) / 4 * 4);
   p.vec4 = img % 4 == 0;
   p.div_wo = FastDiv(uint32_t(p.Wo));
-  const size_t a = size_t(p.mtiles) * p.ksteps * 32 * 16, off = size_t(2) * p.ktab * 32,
+  const size_t a = size_t(p.mtiles) * p.ksteps * 32 * 16, off = size_t(2) * p.ksteps * 32,
                stage = size_t(2) * p.img_pitch * 4;
   p.a_off = 0;
   p.off_off = int(a);
@@ -367,7 +306,7 @@ void conv_fwd_gpu_tensor_core_tf32_lean(const float* x, const float* k, float* y
   if (!why.empty()) throw std::invalid_argument(why);
   if (s.B == 0) return;
   int warps = 0;
-  const Config& c = pick(p.M, p.tiles, p.ksteps, warps);
+  const Config& c = pick(p.M, p.tiles, warps);
   const size_t smem = size_t(p.total);
   const int threads = warps * 32;
   CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
