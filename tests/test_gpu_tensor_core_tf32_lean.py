@@ -29,7 +29,8 @@ SHAPES = [
     (3, 3, 8, 9, 17, 2),        # M = 17
     (3, 3, 12, 13, 33, 3),      # M = 33: three m-tiles padded to four
     (2, 2, 17, 19, 8, 3),
-    (2, 29, 29, 29, 19, 5),     # the sweep's worst shape for the split-FP16 steps
+    (2, 8, 12, 12, 16, 5),      # 25 k-steps, one n-tile per warp
+    (2, 29, 20, 20, 19, 5),     # C = 29: 91 k-steps, two m-tiles, 186 KB of shared memory
     (5000, 1, 6, 7, 2, 3),      # more images than persistent blocks: both slots of the ring
 ]
 
