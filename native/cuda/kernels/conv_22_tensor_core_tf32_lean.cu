@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -99,17 +100,17 @@ __device__ __forceinline__ void round_image(float* img, const LeanTf32Params& p)
 // The k-steps of MT m-tiles over the warp's n-tiles (GUARDED: only the first nv are real).
 template <int MT, int NT, bool GUARDED>
 __device__ __forceinline__ void k_loop(float (&acc)[MT][NT][4], const uint32_t (&pix)[NT], int nv, const uint4* a_p,
-                                       int mt_stride, const int2* off_p, int ksteps) {
+                                       int mt_stride, const uint32_t* off_p, int ksteps) {
 #pragma unroll 2
   for (int ks = 0; ks < ksteps; ++ks) {
     uint4 a[MT];
 #pragma unroll
     for (int j = 0; j < MT; ++j) a[j] = a_p[j * mt_stride + ks * 32];
-    const int2 o = off_p[ks * 4];  // bytes: taps t and t+4 of this k-step
+    const uint32_t o = off_p[ks * 4];  // words: tap t (low half), tap t+4 (high half) of this k-step
 #pragma unroll
     for (int i = 0; i < NT; ++i) {
       if (GUARDED && i >= nv) continue;
-      const uint32_t b0 = ldx(pix[i] + uint32_t(o.x)), b1 = ldx(pix[i] + uint32_t(o.y));
+      const uint32_t b0 = ldx(pix[i] + 4u * (o & 0xffffu)), b1 = ldx(pix[i] + 4u * (o >> 16));
 #pragma unroll
       for (int j = 0; j < MT; ++j) mma_tf32(acc[j][i], a[j].x, a[j].y, a[j].z, a[j].w, b0, b1);
     }
@@ -123,7 +124,10 @@ __global__ void __launch_bounds__(max_warps(MT * NT) * 32, 2)
   extern __shared__ uint4 smem[];
   unsigned char* base = reinterpret_cast<unsigned char*>(smem);
   uint4* s_a = reinterpret_cast<uint4*>(base + p.a_off);        // [mtiles][ksteps][32 lanes]: A fragments, TF32
-  int2* s_off = reinterpret_cast<int2*>(base + p.off_off);      // [2 slots][ksteps][t]: byte offsets, taps t, t+4
+  // [2 slots][ksteps][t]: the word offsets of taps t and t+4 in the two halves of one word, so that a k-step's
+  // offsets are one LDS.32 (a warp's LDS.64 takes two shared-memory wavefronts); 16 bits hold them, as two staged
+  // images fit in shared memory.
+  uint32_t* s_off = reinterpret_cast<uint32_t*>(base + p.off_off);
   float* s_stage = reinterpret_cast<float*>(base + p.stage_off);  // [2][img_pitch]: the images
   const int warps = int(blockDim.x) / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
@@ -139,13 +143,12 @@ __global__ void __launch_bounds__(max_warps(MT * NT) * 32, 2)
     const int m = mt * 16 + (l >> 2) + 8 * (reg & 1), kk = ks * 8 + (l & 3) + 4 * (reg >> 1);
     s_au[i] = to_tf32(m < p.M && kk < p.ckk ? __ldg(&k[size_t(m) * p.ckk + kk]) : 0.0f);
   }
-  // Tap -> byte offset from a pixel's base in slot 0 (slot 1: + one slot); padded taps read the pixel itself.
+  // Tap -> word offset from a pixel's base in slot 0 (slot 1: + one slot); padded taps read the pixel itself.
   const uint32_t s_x = uint32_t(__cvta_generic_to_shared(s_stage));
   const int KK = p.K * p.K;
   for (int i = threadIdx.x; i < 2 * p.ksteps * 4; i += blockDim.x) {
     const int slot = i / (p.ksteps * 4), r = i - slot * p.ksteps * 4, ks = r >> 2, tt = r & 3;
-    int2 o;
-    int* op = &o.x;
+    uint32_t o = 0;
     for (int h = 0; h < 2; ++h) {
       const int kk = ks * 8 + tt + 4 * h;
       int off = 0;
@@ -153,7 +156,7 @@ __global__ void __launch_bounds__(max_warps(MT * NT) * 32, 2)
         const int c = kk / KK, pq = kk - c * KK, ky = pq / p.K;
         off = (c * p.H + ky) * p.W + (pq - ky * p.K);
       }
-      op[h] = 4 * (off + slot * p.img_pitch);
+      o |= uint32_t(off + slot * p.img_pitch) << (16 * h);
     }
     s_off[i] = o;
   }
@@ -184,7 +187,7 @@ __global__ void __launch_bounds__(max_warps(MT * NT) * 32, 2)
 #pragma unroll
       for (int i = 0; i < NT; ++i) acc[j][i][0] = acc[j][i][1] = acc[j][i][2] = acc[j][i][3] = 0.0f;
     const uint4* a_p = s_a + mt0 * p.ksteps * 32 + lane;
-    const int2* off_p = s_off + slot * p.ksteps * 4 + t;
+    const uint32_t* off_p = s_off + slot * p.ksteps * 4 + t;
     if (nv == NT)
       k_loop<MT, NT, false>(acc, pix, nv, a_p, p.ksteps * 32, off_p, p.ksteps);
     else
@@ -253,6 +256,12 @@ const Config& pick(int M, int tiles, int& warps) {
   };
   const int mt = M > 16 ? 2 : 1;
   const Config* c = nullptr;
+  if (const char* f = std::getenv("PYCONV_EXPERIMENT_NT"))  // EXPERIMENT ONLY, removed after measuring
+    for (const Config& cc : configs)
+      if (cc.mt == mt && cc.nt == std::atoi(f)) {
+        warps = std::min(max_warps(cc.mt * cc.nt), (tiles + cc.nt - 1) / cc.nt);
+        return cc;
+      }
   for (const Config& cc : configs) {
     if (cc.mt != mt) continue;
     c = &cc;  // the last of this MT when none covers the image
@@ -277,7 +286,7 @@ std::string plan(const ConvShape& s, LeanTf32Params& p) {
   p.img_pitch = int((img + 3) / 4 * 4);
   p.vec4 = img % 4 == 0;
   p.div_wo = FastDiv(uint32_t(p.Wo));
-  const size_t a = size_t(p.mtiles) * p.ksteps * 32 * 16, off = size_t(2) * p.ksteps * 32,
+  const size_t a = size_t(p.mtiles) * p.ksteps * 32 * 16, off = size_t(2) * p.ksteps * 16,
                stage = size_t(2) * p.img_pitch * 4;
   p.a_off = 0;
   p.off_off = int(a);
