@@ -26,7 +26,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -246,8 +245,11 @@ struct Config {
   LeanTf32Kernel kernel;
 };
 
-// MT = 2 m-tiles per pass when M > 16, else 1. Then the fewest n-tiles per warp that let max_warps cover an image
-// in one group; the largest beyond that (the groups then loop).
+// MT = 2 m-tiles per pass when M > 16, else 1. One m-tile and more than 32 n-tiles: 6 per warp in blocks of up to
+// 8 warps, which halves the A fragment loads of 3 per warp in 16 (measured while developing, not kept in
+// results/: H200, NVBench, batch 10000, sp19 conv2 0.196 ms against 0.207, sp18 conv2 0.423 against 0.483; 2 per
+// warp: 0.288). Else the fewest n-tiles per warp that let max_warps cover an image in one group; the largest
+// beyond that (the groups then loop).
 const Config& pick(int M, int tiles, int& warps) {
   static const Config configs[] = {
       {1, 1, conv_fwd_gpu_tf32_lean_kernel<1, 1>}, {1, 2, conv_fwd_gpu_tf32_lean_kernel<1, 2>},
@@ -256,12 +258,11 @@ const Config& pick(int M, int tiles, int& warps) {
   };
   const int mt = M > 16 ? 2 : 1;
   const Config* c = nullptr;
-  if (const char* f = std::getenv("PYCONV_EXPERIMENT_NT"))  // EXPERIMENT ONLY, removed after measuring
-    for (const Config& cc : configs)
-      if (cc.mt == mt && cc.nt == std::atoi(f)) {
-        warps = std::min(max_warps(cc.mt * cc.nt), (tiles + cc.nt - 1) / cc.nt);
-        return cc;
-      }
+  if (mt == 1 && tiles > 32) {  // 6 n-tiles per warp (blocks of up to 8 warps; the groups loop beyond 48)
+    c = &configs[3];
+    warps = std::min(max_warps(6), (tiles + 5) / 6);
+    return *c;
+  }
   for (const Config& cc : configs) {
     if (cc.mt != mt) continue;
     c = &cc;  // the last of this MT when none covers the image
