@@ -70,7 +70,7 @@
 // Tried and not kept: two split images per block (the next one split while this one is computed, one barrier per
 // image): 3% slower in the same bench. Not tried: fewer registers per warp for more warps, output staged through
 // shared memory for whole-sector stores, channels split across passes (for weights beyond shared memory).
-// The measurements above predate the bands and the packed split; both are unmeasured. Predicted before measuring:
+// The measurements above predate the bands and the packed split. Predicted before measuring:
 //   sp19 conv2: the same MMAs, loads and stores per image; per thread and image the split loop drops from ~380 to
 //   ~250 instructions (1848 words, 224 threads) of ~1700, so at most a few percent faster, more if the barrier
 //   stall shrinks with it. 127 -> 118 registers for its instantiation (MT = 1, NT = 6), no spills.
@@ -80,6 +80,12 @@
 //   256 B = 450 KB, A fragments 8 warps x 55 x 2 KB = 880 KB (NT = 2: each fragment feeds only 2 n-tiles), split
 //   and staging ~100 KB: ~1.4 MB, 72 GB in all, 2.4 ms at 128 B/clock/SM (the bound); DRAM ~2.2 GB (the halo
 //   rows read 9/5 times) ~0.5 ms, overlapped. ~2.4 ms.
+// Measured with the bands and the packed split: results/bench-nvidia-h200-2026-11-24-steps21-22.json (`invoke
+// bench`, NVBench, H200): sp19 conv2 as before (the split's few percent are within the run-to-run spread); the shape
+// sweep (results/bench-nvidia-h200-2026-11-24-sweep-steps20-22.json): it runs 62 of its 80 rows (20 before the
+// bands) and is the fastest float32 variant on 46 of them, but the C = 29 row takes over twice the 2.4 ms
+// predicted, still behind cuDNN FP32 (not profiled; one block of 8 warps per SM, each A fragment feeding only 2
+// n-tiles and two barriers per band are the suspects).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -605,7 +611,8 @@ void conv_fwd_gpu_split_f16(const float* x, const float* k, float* y, const Conv
 PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .name = "gpu-split-f16",
     .step = 20,
-    .summary = "float32-accurate convolution on the FP16 tensor cores: operands split into hi + lo halves, 3 MMAs",
+    .summary = "float32-accurate convolution on the FP16 tensor cores: operands split into hi + lo halves, 3 MMAs; "
+               "images beyond shared memory in bands of output rows",
     .precision = Precision::F16x3,
     .launch = conv_fwd_gpu_split_f16,
     .supports = conv_supports_gpu_split_f16,

@@ -26,6 +26,16 @@
 // Predicted before measuring (H200, sp19 conv2, batch 10000): per image 41 n-tiles x 12 k-steps x (2 adds, 4
 // loads, 3 MMAs) = 4,430, per warp and k-step 3 fragment/offset loads (14 warps: ~500), the split ~1,000, the
 // stores ~400: ~6,500 instructions (step 20: ~14,900). At step 20's issue rate (1.77 per cycle per SM) ~0.16 ms.
+// Measured: results/bench-nvidia-h200-2026-11-24-steps21-22.json (`invoke bench`, NVBench, H200): the fastest
+// float32-accurate conv2 on sp19, sp18 and fa19, and within the sp19 goal for exact float32, but well above the
+// 0.16 ms predicted. Nsight Compute on sp19 conv2 (one launch) says why: ~13,000 instructions per image, not 6,500
+// (the k-loop as predicted; the split and the per-image bookkeeping larger), and L1/shared memory 82% busy: the
+// kernel is bound by shared-memory wavefronts, ~4,900 per image: its B loads (~1,970, plus ~700 of bank conflicts
+// that no pitch or copy-O offset of the layout model avoids on this shape: 8 pixels of an n-tile wrap rows of
+// 18), and the A fragments (1,344: each of 14 warps reloads hi and lo per k-step). Tried and not kept (their
+// commit messages give the numbers): n-tiles of 2 rows x 4 columns (the model's best layout for them is within 1%
+// of the 8-pixel n-tiles', and 10% more n-tiles), 6 n-tiles per warp in 7 warps. Step 22 takes the other road:
+// one TF32 pass moves less through shared memory.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 

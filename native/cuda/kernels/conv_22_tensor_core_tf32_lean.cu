@@ -22,6 +22,15 @@
 // Predicted before measuring (H200, sp19 conv2, batch 10000): ~2,900 shared wavefronts per image (1,558 B loads,
 // 14 warps x 19 k-steps x 4 for the A fragments, the cp.async writes), 60% of step 21's; ~7,000 instructions per
 // image; ~0.18 ms.
+// Measured: results/bench-nvidia-h200-2026-11-24-steps21-22.json (`invoke bench`, NVBench, H200): the fastest conv2
+// on sp19, sp18 and fa19 (about a third faster than step 13 on sp19, nearly three times on fa19), and final's
+// choice for sp19 and fa19 conv2, whose end-to-end labels stay those of PyTorch's float32 network
+// (results/bench-e2e-nvidia-h200-2026-11-24-sp19-steps21-22.json, -fa17-fa19-sp18-steps21-22.json; sp18's TF32
+// configuration moved a label, so final runs step 21 there). Nsight Compute on sp19 conv2 (one launch, before the
+// tap offsets were packed into one word): ~10,200 instructions per image, ~3,570 shared-memory wavefronts (1,610
+// B loads, 1,155 of A fragments and rounding, 532 of offsets), L1/shared memory 82% busy: still bound by shared
+// memory, now by the A fragments each warp reloads per k-step. Tried and not kept: the A fragments of up to 20
+// k-steps held in registers (142 registers per thread left one block of 7 warps per SM; slower, see its revert).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -337,7 +346,7 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .name = "gpu-tensor-core-tf32-lean",
     .step = 22,
     .summary = "step 13's one TF32 pass with step 21's structure: all n-tiles of an image in one block, hoisted "
-               "addressing, one barrier per image",
+               "addressing, the image rounded to TF32 once",
     .precision = Precision::Tf32,
     .rtol = 2e-3,
     .launch = conv_fwd_gpu_tensor_core_tf32_lean,
