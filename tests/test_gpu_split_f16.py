@@ -21,6 +21,9 @@ from pyconv import variants, verify
 NAME = "gpu-split-f16"
 SEED = 2020
 pytestmark = needs(NAME)
+# The split-FP16 plain convolutions: step 20 and step 21 (gpu-split-f16-lean, its own shapes in
+# test_gpu_split_f16_lean.py) share the arithmetic contract checked at the end of this file.
+SPLIT = [NAME, pytest.param("gpu-split-f16-lean", marks=needs("gpu-split-f16-lean"))]
 
 # (B, C, H, W, M, K)
 SHAPES = [
@@ -55,8 +58,8 @@ BANDED = [
 ]
 
 
-def descriptor() -> dict:
-    return next(v for v in gpu().variants() if v["name"] == NAME)
+def descriptor(name: str = NAME) -> dict:
+    return next(v for v in gpu().variants() if v["name"] == name)
 
 
 @requires_gpu
@@ -75,32 +78,35 @@ def test_banded_shapes_match_reference(shape):
 
 @requires_gpu
 @pytest.mark.gpu
-def test_beyond_fp16_range_is_not_finite():
+@pytest.mark.parametrize("name", SPLIT)
+def test_beyond_fp16_range_is_not_finite(name):
     """One input of image 0 beyond 65504: every output whose window holds it is inf or NaN; image 1 is exact."""
     B, C, H, W, M, K = 2, 6, 22, 22, 16, 5
     rng = np.random.default_rng(SEED)
     x = verify.random_nonzero(rng, (B, C, H, W))
     k = verify.random_nonzero(rng, (M, C, K, K))
     x[0, 2, 10, 11] = 1.0e5
-    y = gpu().conv(NAME, x, k)
+    y = gpu().conv(name, x, k)
     reached = y[0, :, 10 - K + 1:11, 11 - K + 1:12]
     assert not np.isfinite(reached).any(), "an output whose window holds 1e5 came out finite"
-    ok, msg = close(y[1:], verify.expected(x[1:], k), *verify.tolerance(descriptor()["rtol"], C, K))
+    ok, msg = close(y[1:], verify.expected(x[1:], k), *verify.tolerance(descriptor(name)["rtol"], C, K))
     assert ok, msg
 
 
 @requires_gpu_module
-def test_float32_accuracy_is_declared():
+@pytest.mark.parametrize("name", SPLIT)
+def test_float32_accuracy_is_declared(name):
     """Split operands count as float32: the default tolerance, not TF32's."""
-    v = descriptor()
+    v = descriptor(name)
     assert v["rtol"] == variants.DEFAULT_RTOL
     assert v["epilogue"] == "none"
 
 
 @requires_gpu_module
+@pytest.mark.parametrize("name", SPLIT)
 @pytest.mark.parametrize("shape", [(10000, 6, 22, 22, 16, 5), (10000, 12, 33, 33, 24, 5), (10000, 12, 33, 33, 24, 7)])
-def test_course_layers_supported(shape):
-    assert gpu().why_unsupported(NAME, *shape) == ""
+def test_course_layers_supported(name, shape):
+    assert gpu().why_unsupported(name, *shape) == ""
 
 
 @requires_gpu_module

@@ -3,18 +3,17 @@ offsets, bases hoisted out of the image loop and a packed split, checked where t
 distance (16 to 128 KB of hi planes), n-tiles per warp 1 to 4 and two m-tiles per pass, one n-tile group (bases
 computed once per block) and several (computed per group), odd and even W and K (the split's runs of four
 columns and their zero tail), the weights and staging ring in the gap before the lo planes or after them, each
-depth of the staging ring, and more images than persistent blocks. Held to the default float32 tolerance; an
-input beyond the FP16 range must make the outputs it reaches non-finite; shapes that do not fit are refused
-with one line."""
+depth of the staging ring, and more images than persistent blocks. Held to the default float32 tolerance; shapes
+that do not fit are refused with one line. The arithmetic contract it shares with step 20 (float32 tolerance
+declared, inputs beyond FP16's range reaching non-finite outputs, the course's layers supported) is checked for
+both in test_gpu_split_f16.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from built_variants import needs
-from gpu_helpers import check_shape, close, gpu, requires_gpu, requires_gpu_module
-
-from pyconv import variants, verify
+from gpu_helpers import check_shape, gpu, requires_gpu, requires_gpu_module
 
 NAME = "gpu-split-f16-lean"
 SEED = 2021
@@ -42,45 +41,11 @@ SHAPES = [
 ]
 
 
-def descriptor() -> dict:
-    return next(v for v in gpu().variants() if v["name"] == NAME)
-
-
 @requires_gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-C{}-{}x{}-M{}-K{}".format(*s))
 def test_shapes_match_reference(shape):
     check_shape(NAME, shape, SEED)
-
-
-@requires_gpu
-@pytest.mark.gpu
-def test_beyond_fp16_range_is_not_finite():
-    """One input of image 0 beyond 65504: every output whose window holds it is inf or NaN; image 1 is exact."""
-    B, C, H, W, M, K = 2, 6, 22, 22, 16, 5
-    rng = np.random.default_rng(SEED)
-    x = verify.random_nonzero(rng, (B, C, H, W))
-    k = verify.random_nonzero(rng, (M, C, K, K))
-    x[0, 2, 10, 11] = 1.0e5
-    y = gpu().conv(NAME, x, k)
-    reached = y[0, :, 10 - K + 1:11, 11 - K + 1:12]
-    assert not np.isfinite(reached).any(), "an output whose window holds 1e5 came out finite"
-    ok, msg = close(y[1:], verify.expected(x[1:], k), *verify.tolerance(descriptor()["rtol"], C, K))
-    assert ok, msg
-
-
-@requires_gpu_module
-def test_float32_accuracy_is_declared():
-    """Split operands count as float32: the default tolerance, not TF32's."""
-    v = descriptor()
-    assert v["rtol"] == variants.DEFAULT_RTOL
-    assert v["epilogue"] == "none"
-
-
-@requires_gpu_module
-@pytest.mark.parametrize("shape", [(10000, 6, 22, 22, 16, 5), (10000, 12, 33, 33, 24, 5), (10000, 12, 33, 33, 24, 7)])
-def test_course_layers_supported(shape):
-    assert gpu().why_unsupported(NAME, *shape) == ""
 
 
 @requires_gpu_module

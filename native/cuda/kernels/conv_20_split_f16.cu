@@ -98,6 +98,7 @@
 #include <utility>
 
 #include "cuda/kernels/fast_div.cuh"
+#include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/mma_f16.cuh"
 #include "cuda/runtime/registry.cuh"
@@ -143,30 +144,11 @@ struct SplitParams {
   FastDiv div_wq, div_wo, div_bands;
 };
 
-__device__ __forceinline__ void cp_async_wait(int depth) {
-  if (depth == 2)
-    asm volatile("cp.async.wait_group 1;" ::: "memory");
-  else
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-}
-
 // Queues the copy of one unit (its runs, from `src`: the band's first row in the image) into a staging buffer (not
 // committed: the caller commits one group per slot, empty or not, so that wait_group(depth - 1) always means "the
 // oldest unit has landed").
 __device__ __forceinline__ void stage_unit(float* dst, const float* src, const SplitParams& p) {
-  for (int r = 0; r < p.runs; ++r, dst += p.run, src += p.run_stride) {
-    if (p.vec4) {
-      for (int i = threadIdx.x; i < p.run / 4; i += blockDim.x) {
-        const unsigned s = unsigned(__cvta_generic_to_shared(dst + 4 * i));
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src + 4 * i));
-      }
-    } else {
-      for (int i = threadIdx.x; i < p.run; i += blockDim.x) {
-        const unsigned s = unsigned(__cvta_generic_to_shared(dst + i));
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src + i));
-      }
-    }
-  }
+  for (int r = 0; r < p.runs; ++r, dst += p.run, src += p.run_stride) cp_async_floats(dst, src, p.run, p.vec4);
 }
 
 // Image and first output row of unit u. One band per image: the unit is the image (no division).
@@ -292,29 +274,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
       unit_coords(us, p, bs, y0);
       stage_unit(s_stage + s * p.slot_pitch, x + bs * p.img_floats + y0 * p.W, p);
     }
-    asm volatile("cp.async.commit_group;");
+    cp_async_commit();
   }
 
-  // A fragments (filters x pairs), m16n8k16 layout: a0 (row g, pair t), a1 (row g+8, pair t), a2 (row g, pair t+4),
-  // a3 (row g+8, pair t+4); each register the pair's two taps, the lower in the low half.
-  uint32_t* s_ahu = reinterpret_cast<uint32_t*>(s_ah);
-  uint32_t* s_alu = reinterpret_cast<uint32_t*>(s_al);
-  for (int i = threadIdx.x; i < afrags * 4; i += blockDim.x) {
-    const int reg = i & 3, l = (i >> 2) & 31, rest = i >> 7;
-    const int mt = rest / p.ksteps, ks = rest - mt * p.ksteps;
-    const int m = mt * 16 + (l >> 2) + 8 * (reg & 1), pair = ks * 8 + (l & 3) + 4 * (reg >> 1);
-    float w0 = 0.0f, w1 = 0.0f;
-    if (m < p.M && pair < p.npairs) {
-      const int per_c = p.K * p.KH, c = pair / per_c, rem = pair - c * per_c, ky = rem / p.KH;
-      const int kx = 2 * (rem - ky * p.KH);
-      const float* wr = k + ((size_t(m) * p.C + c) * p.K + ky) * p.K;
-      w0 = __ldg(wr + kx);
-      if (kx + 1 < p.K) w1 = __ldg(wr + kx + 1);
-    }
-    const SplitHalf h0 = split_f16(w0), h1 = split_f16(w1);
-    s_ahu[i] = pack_half2(h0.hi, h1.hi);
-    s_alu[i] = pack_half2(h0.lo, h1.lo);
-  }
+  split_weight_fragments(s_ah, s_al, k, p.M, p.C, p.K, p.mtiles, p.ksteps);  // (cuda/runtime/mma_f16.cuh)
   for (int i = threadIdx.x; i < p.ksteps * 4; i += blockDim.x)
     s_off[i] = make_int2(pair_offset((i >> 2) * 8 + (i & 3), p), pair_offset((i >> 2) * 8 + (i & 3) + 4, p));
 
@@ -335,7 +298,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
         unit_coords(nu, p, nb, ny0);
         stage_unit(s_stage + slot * p.slot_pitch, x + nb * p.img_floats + ny0 * p.W, p);
       }
-      asm volatile("cp.async.commit_group;");
+      cp_async_commit();
       slot = slot + 1 == p.depth ? 0 : slot + 1;
     }
 

@@ -49,6 +49,7 @@
 #include <utility>
 
 #include "cuda/kernels/fast_div.cuh"
+#include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/mma_f16.cuh"
 #include "cuda/runtime/registry.cuh"
@@ -84,28 +85,6 @@ struct LeanParams {
   int depth;        // staging buffers (images in flight); 0: the split reads global memory
   FastDiv div_runs, div_wo;
 };
-
-__device__ __forceinline__ void cp_async_wait(int depth) {
-  if (depth == 2)
-    asm volatile("cp.async.wait_group 1;" ::: "memory");
-  else
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-}
-
-// Queues the copy of one image into a staging buffer (the caller commits one group per image slot).
-__device__ __forceinline__ void stage_image(float* dst, const float* src, const LeanParams& p) {
-  if (p.vec4) {
-    for (int i = threadIdx.x; i < p.img_floats / 4; i += blockDim.x) {
-      const unsigned s = unsigned(__cvta_generic_to_shared(dst + 4 * i));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src + 4 * i));
-    }
-  } else {
-    for (int i = threadIdx.x; i < p.img_floats; i += blockDim.x) {
-      const unsigned s = unsigned(__cvta_generic_to_shared(dst + i));
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src + i));
-    }
-  }
-}
 
 // src (one fp32 image: staging buffer or global memory) -> the four planes. Run u of row r covers columns 4u ..
 // 4u+3: E words 2u = (4u, 4u+1), 2u+1 = (4u+2, 4u+3); O words 2u = (4u+1, 4u+2), 2u+1 = (4u+3, 4u+4), the
@@ -252,7 +231,6 @@ __global__ void __launch_bounds__(max_warps(MT * NT) * 32, 2)
   constexpr int LO = 1 << LO_LOG;
   extern __shared__ uint4 smem[];
   unsigned char* base = reinterpret_cast<unsigned char*>(smem);
-  const int afrags = p.mtiles * p.ksteps * 32;
   uint32_t* s_split = reinterpret_cast<uint32_t*>(base);                  // hi E, hi O; lo E, lo O at LO
   uint4* s_ah = reinterpret_cast<uint4*>(base + p.ah_off);               // [mtiles][ksteps][32 lanes]: A hi
   uint4* s_al = reinterpret_cast<uint4*>(base + p.al_off);               // the same, lo
@@ -264,30 +242,11 @@ __global__ void __launch_bounds__(max_warps(MT * NT) * 32, 2)
   long long b = blockIdx.x;
   for (int s = 0; s < p.depth; ++s) {  // the first images fly while the weights are split
     const long long bs = b + (long long)s * gridDim.x;
-    if (bs < p.B) stage_image(s_stage + s * p.img_pitch, x + bs * p.img_floats, p);
-    asm volatile("cp.async.commit_group;");
+    if (bs < p.B) cp_async_floats(s_stage + s * p.img_pitch, x + bs * p.img_floats, p.img_floats, p.vec4);
+    cp_async_commit();
   }
 
-  // A fragments, m16n8k16 layout (as step 20): a0 (row g, pair t), a1 (row g+8, pair t), a2 (row g, pair t+4),
-  // a3 (row g+8, pair t+4); each register the pair's two taps, the lower in the low half.
-  uint32_t* s_ahu = reinterpret_cast<uint32_t*>(s_ah);
-  uint32_t* s_alu = reinterpret_cast<uint32_t*>(s_al);
-  for (int i = threadIdx.x; i < afrags * 4; i += blockDim.x) {
-    const int reg = i & 3, l = (i >> 2) & 31, rest = i >> 7;
-    const int mt = rest / p.ksteps, ks = rest - mt * p.ksteps;
-    const int m = mt * 16 + (l >> 2) + 8 * (reg & 1), pair = ks * 8 + (l & 3) + 4 * (reg >> 1);
-    float w0 = 0.0f, w1 = 0.0f;
-    if (m < p.M && pair < p.npairs) {
-      const int per_c = p.K * p.KH, c = pair / per_c, rem = pair - c * per_c, ky = rem / p.KH;
-      const int kx = 2 * (rem - ky * p.KH);
-      const float* wr = k + ((size_t(m) * p.C + c) * p.K + ky) * p.K;
-      w0 = __ldg(wr + kx);
-      if (kx + 1 < p.K) w1 = __ldg(wr + kx + 1);
-    }
-    const SplitHalf h0 = split_f16(w0), h1 = split_f16(w1);
-    s_ahu[i] = pack_half2(h0.hi, h1.hi);
-    s_alu[i] = pack_half2(h0.lo, h1.lo);
-  }
+  split_weight_fragments(s_ah, s_al, k, p.M, p.C, p.K, p.mtiles, p.ksteps);  // (cuda/runtime/mma_f16.cuh)
   for (int i = threadIdx.x; i < p.ksteps * 4; i += blockDim.x)
     s_off[i] = make_int2(4 * pair_offset((i >> 2) * 8 + (i & 3), p), 4 * pair_offset((i >> 2) * 8 + (i & 3) + 4, p));
 
@@ -307,8 +266,8 @@ __global__ void __launch_bounds__(max_warps(MT * NT) * 32, 2)
     __syncthreads();  // the planes are complete; the staging slot is free
     if (p.depth > 0) {
       const long long nb = b + (long long)p.depth * gridDim.x;
-      if (nb < p.B) stage_image(s_stage + slot * p.img_pitch, x + nb * p.img_floats, p);
-      asm volatile("cp.async.commit_group;");
+      if (nb < p.B) cp_async_floats(s_stage + slot * p.img_pitch, x + nb * p.img_floats, p.img_floats, p.vec4);
+      cp_async_commit();
       slot = slot + 1 == p.depth ? 0 : slot + 1;
     }
 

@@ -39,6 +39,7 @@
 #include <string>
 
 #include "cuda/kernels/fast_div.cuh"
+#include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/mma_tf32.cuh"
 #include "cuda/runtime/registry.cuh"
@@ -67,20 +68,10 @@ struct LeanTf32Params {
   FastDiv div_wo;
 };
 
-// Queues the copy of one image into a slot and commits it as one group.
+// Queues the copy of one image into a slot as one cp.async group.
 __device__ __forceinline__ void stage_image(float* dst, const float* src, const LeanTf32Params& p) {
-  if (p.vec4) {
-    for (int i = threadIdx.x; i < p.img_floats / 4; i += blockDim.x) {
-      const unsigned s = unsigned(__cvta_generic_to_shared(dst + 4 * i));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src + 4 * i));
-    }
-  } else {
-    for (int i = threadIdx.x; i < p.img_floats; i += blockDim.x) {
-      const unsigned s = unsigned(__cvta_generic_to_shared(dst + i));
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src + i));
-    }
-  }
-  asm volatile("cp.async.commit_group;");
+  cp_async_floats(dst, src, p.img_floats, p.vec4);
+  cp_async_commit();
 }
 
 // B element: the 32 bits at a shared-window byte address (an image value already rounded to TF32 in place).

@@ -13,6 +13,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace pyconv {
@@ -42,6 +43,35 @@ __device__ __forceinline__ uint2 split_f16x2(float a, float b) {
   const float2 h = __half22float2(hi);
   const __half2 lo = __floats2half2_rn((a - h.x) * kSplitScale, (b - h.y) * kSplitScale);
   return make_uint2(*reinterpret_cast<const uint32_t*>(&hi), *reinterpret_cast<const uint32_t*>(&lo));
+}
+
+// The weights k [M][C][K][K] of a plain convolution as split A fragments of m16n8k16 (filters x tap pairs), in
+// fragment order: s_ah / s_al [mtiles][ksteps][32 lanes] of 4 registers, hi and lo halves. The depth is tap PAIRS
+// (c, ky, q) = taps (c, ky, 2q), (c, ky, 2q + 1), q < ceil(K/2), the second 0 past the filter row; a lane's a0
+// holds (filter g, pair t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4) of its m-tile and k-step, the lower tap in the
+// low half. Filters past M and pairs past C*K*ceil(K/2) are 0. Every thread of the block takes a share (steps 20
+// and 21 build them once per block).
+__device__ __forceinline__ void split_weight_fragments(uint4* s_ah, uint4* s_al, const float* __restrict__ k, int M,
+                                                       int C, int K, int mtiles, int ksteps) {
+  const int KH = (K + 1) / 2, npairs = C * K * KH;
+  uint32_t* ahu = reinterpret_cast<uint32_t*>(s_ah);
+  uint32_t* alu = reinterpret_cast<uint32_t*>(s_al);
+  for (int i = threadIdx.x; i < mtiles * ksteps * 128; i += blockDim.x) {
+    const int reg = i & 3, l = (i >> 2) & 31, rest = i >> 7;
+    const int mt = rest / ksteps, ks = rest - mt * ksteps;
+    const int m = mt * 16 + (l >> 2) + 8 * (reg & 1), pair = ks * 8 + (l & 3) + 4 * (reg >> 1);
+    float w0 = 0.0f, w1 = 0.0f;
+    if (m < M && pair < npairs) {
+      const int per_c = K * KH, c = pair / per_c, rem = pair - c * per_c, ky = rem / KH;
+      const int kx = 2 * (rem - ky * KH);
+      const float* wr = k + ((size_t(m) * C + c) * K + ky) * K;
+      w0 = __ldg(wr + kx);
+      if (kx + 1 < K) w1 = __ldg(wr + kx + 1);
+    }
+    const SplitHalf h0 = split_f16(w0), h1 = split_f16(w1);
+    ahu[i] = pack_half2(h0.hi, h1.hi);
+    alu[i] = pack_half2(h0.lo, h1.lo);
+  }
 }
 
 // D += A B, mma.sync m16n8k16, FP16 operands, float32 accumulators (PTX ISA, "Matrix Fragments for mma.m16n8k16"
