@@ -6,6 +6,7 @@ written under results/."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -184,6 +185,25 @@ def test_end_to_end_tables_show_fc_math_and_the_pipeline_sweep():
     assert "| model | streams | 1 chunk | 4 chunks |" in md
     assert "| synthetic | 2 | 3.10 | 3.40 |" in md and "| synthetic | 4 | 5.10 | 5.40 |" in md
     assert "final runs 4 chunks on 2 streams" in md
+
+
+def test_a_whole_network_cell_is_the_model_its_column_names():
+    """Two files, two models of one semester: the column keeps the model the older file showed, and the newer file
+    updates the cell only with that model's time (not the other model's under the first one's name)."""
+    old = synthetic_result()
+    new = synthetic_result()
+    new["date"] = "2000-01-02T00:00:00+00:00"
+    other = copy.deepcopy(new["end_to_end"][0])
+    other["model"] = "synthetic-other"
+    other["pyconv"]["pinned_ms"] = timing.batch_stats([9.9], 10000)
+    same = new["end_to_end"][0]
+    same["pyconv"]["pinned_ms"] = timing.batch_stats([1.1], 10000)
+    new["end_to_end"] = [other, same]
+    t = report.summary_table([("bench-old.json", old), ("bench-new.json", new)])
+    col = next(i for i, h in enumerate(t.header) if "Spring 2019" in h)
+    assert "`synthetic`" in t.header[col]
+    row = next(r for r in t.rows if r[0].startswith("whole network (`final`)"))
+    assert row[col] == report.num(1.1)
 
 
 def test_a_rejected_tf32_configuration_is_shown_beside_what_final_runs():
