@@ -46,6 +46,17 @@ def check_shape(name: str, shape, seed: int) -> None:
     assert ok, f"{name} {shape}: {msg}"
 
 
+def check_refused_for_shared_memory(name: str, shape) -> str:
+    """The variant refuses (B, C, H, W, M, K) for shared memory: why_unsupported gives one line that starts with the
+    variant's name and names the KB it needs, and conv raises before any GPU work. Returns the line."""
+    why = gpu().why_unsupported(name, *shape)
+    assert why.startswith(f"{name}: ") and "KB of shared memory" in why and "\n" not in why
+    B, C, H, W, M, K = shape
+    with pytest.raises(ValueError, match="KB of shared memory"):  # refused before any GPU work
+        gpu().conv(name, np.ones((B, C, H, W), np.float32), np.ones((M, C, K, K), np.float32))
+    return why
+
+
 def random_model(rng: np.random.Generator, input_shape=(1, 20, 20), name="random-test") -> Model:
     """A small LeNet-style network with random float32 weights (conv, tanh, pool, conv, flatten, FC, tanh, FC)."""
     c, h, w = input_shape

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from built_variants import needs
-from gpu_helpers import check_shape, close, gpu, requires_gpu, requires_gpu_module
+from gpu_helpers import check_refused_for_shared_memory, check_shape, close, gpu, requires_gpu, requires_gpu_module
 
 from pyconv import variants, verify
 
@@ -123,9 +123,5 @@ def test_images_beyond_shared_memory_are_supported(shape):
 def test_refuses_what_shared_memory_cannot_hold(shape):
     """Weights too large for a block even beside a band of one output row: refused before any GPU work, with one
     line that names the weights' and the band's sizes."""
-    why = gpu().why_unsupported(NAME, *shape)
-    assert why.startswith(f"{NAME}: ") and "KB of shared memory" in why and "\n" not in why
+    why = check_refused_for_shared_memory(NAME, shape)
     assert "split filters" in why and "band of one output row" in why
-    B, C, H, W, M, K = shape
-    with pytest.raises(ValueError, match="KB of shared memory"):  # refused before any GPU work
-        gpu().conv(NAME, np.ones((B, C, H, W), np.float32), np.ones((M, C, K, K), np.float32))

@@ -10,10 +10,9 @@ both in test_gpu_split_f16.py."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from built_variants import needs
-from gpu_helpers import check_shape, gpu, requires_gpu, requires_gpu_module
+from gpu_helpers import check_refused_for_shared_memory, check_shape, requires_gpu, requires_gpu_module
 
 NAME = "gpu-split-f16-lean"
 SEED = 2021
@@ -51,8 +50,4 @@ def test_shapes_match_reference(shape):
 @requires_gpu_module
 @pytest.mark.parametrize("shape", [(1, 29, 29, 29, 19, 5), (1, 64, 64, 64, 16, 3), (1, 32, 20, 20, 70, 7)])
 def test_refuses_what_shared_memory_cannot_hold(shape):
-    why = gpu().why_unsupported(NAME, *shape)
-    assert why.startswith(f"{NAME}: ") and "KB of shared memory" in why and "\n" not in why
-    B, C, H, W, M, K = shape
-    with pytest.raises(ValueError, match="KB of shared memory"):  # refused before any GPU work
-        gpu().conv(NAME, np.ones((B, C, H, W), np.float32), np.ones((M, C, K, K), np.float32))
+    check_refused_for_shared_memory(NAME, shape)

@@ -6,10 +6,9 @@ staged images and weights do not fit are refused with one line."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from built_variants import needs
-from gpu_helpers import check_shape, gpu, requires_gpu, requires_gpu_module
+from gpu_helpers import check_refused_for_shared_memory, check_shape, gpu, requires_gpu, requires_gpu_module
 
 NAME = "gpu-tensor-core-tf32-lean"
 SEED = 2022
@@ -52,8 +51,4 @@ def test_tf32_tolerance_is_declared():
 @requires_gpu_module
 @pytest.mark.parametrize("shape", [(1, 64, 64, 64, 16, 3), (1, 32, 60, 60, 70, 7)])
 def test_refuses_what_shared_memory_cannot_hold(shape):
-    why = gpu().why_unsupported(NAME, *shape)
-    assert why.startswith(f"{NAME}: ") and "KB of shared memory" in why and "\n" not in why
-    B, C, H, W, M, K = shape
-    with pytest.raises(ValueError, match="KB of shared memory"):
-        gpu().conv(NAME, np.ones((B, C, H, W), np.float32), np.ones((M, C, K, K), np.float32))
+    check_refused_for_shared_memory(NAME, shape)

@@ -265,17 +265,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
   const int warps = int(blockDim.x) / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
 
-  long long u = blockIdx.x;  // this block's units: u, u + gridDim.x, ...
-  for (int s = 0; s < p.depth; ++s) {  // the first units fly while the weights are split
-    const long long us = u + (long long)s * gridDim.x;
-    if (us < p.units) {
-      long long bs;
+  // Queues unit v (if there is one) into staging slot s and commits the group, empty or not.
+  auto stage = [&](long long v, int s) {
+    if (v < p.units) {
+      long long bv;
       int y0;
-      unit_coords(us, p, bs, y0);
-      stage_unit(s_stage + s * p.slot_pitch, x + bs * p.img_floats + y0 * p.W, p);
+      unit_coords(v, p, bv, y0);
+      stage_unit(s_stage + s * p.slot_pitch, x + bv * p.img_floats + y0 * p.W, p);
     }
     cp_async_commit();
-  }
+  };
+  long long u = blockIdx.x;  // this block's units: u, u + gridDim.x, ...
+  for (int s = 0; s < p.depth; ++s) stage(u + (long long)s * gridDim.x, s);  // fly while the weights are split
 
   split_weight_fragments(s_ah, s_al, k, p.M, p.C, p.K, p.mtiles, p.ksteps);  // (cuda/runtime/mma_f16.cuh)
   for (int i = threadIdx.x; i < p.ksteps * 4; i += blockDim.x)
@@ -291,14 +292,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
       split_image(s_img, x + u * p.img_floats, p);
     __syncthreads();  // the planes are complete; the staging slot is free
     if (p.depth > 0) {
-      const long long nu = u + (long long)p.depth * gridDim.x;
-      if (nu < p.units) {
-        long long nb;
-        int ny0;
-        unit_coords(nu, p, nb, ny0);
-        stage_unit(s_stage + slot * p.slot_pitch, x + nb * p.img_floats + ny0 * p.W, p);
-      }
-      cp_async_commit();
+      stage(u + (long long)p.depth * gridDim.x, slot);
       slot = slot + 1 == p.depth ? 0 : slot + 1;
     }
 

@@ -49,6 +49,7 @@
 #include <utility>
 
 #include "cuda/kernels/fast_div.cuh"
+#include "cuda/kernels/pixel_pair_store.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/mma_f16.cuh"
@@ -198,8 +199,7 @@ __device__ __forceinline__ void tile_group(const uint32_t (&pix)[NT], int nv, in
   else
     k_loop<MT, NT, LO, true>(acc, cor, pix, nv, ah_p, al_p, p.ksteps * 32, s_off + t, p.ksteps);
   // D rows g and g+8 are filters, columns 2t and 2t+1 consecutive pixels of the image: straight to y. The 64-bit
-  // address is formed once per image and m-tile pass; per store a 32-bit offset (a pixel n is even, so with P
-  // even n < P means both n and n + 1 are in the image and the float2 is 8-byte aligned).
+  // address is formed once per image and m-tile pass; per store a 32-bit offset.
   const int m_lane = mt0 * 16 + g;
   float* yb = y + (size_t(b) * p.M + m_lane) * size_t(p.P);
 #pragma unroll
@@ -212,13 +212,7 @@ __device__ __forceinline__ void tile_group(const uint32_t (&pix)[NT], int nv, in
       if (m_lane + 16 * j + 8 * h >= p.M) continue;
       const float o0 = fmaf(cor[j][i][2 * h], kSplitUnscale, acc[j][i][2 * h]);
       const float o1 = fmaf(cor[j][i][2 * h + 1], kSplitUnscale, acc[j][i][2 * h + 1]);
-      float* yo = yb + uint32_t((16 * j + 8 * h) * p.P + n);
-      if ((p.P & 1) == 0) {
-        if (n < p.P) __stcs(reinterpret_cast<float2*>(yo), make_float2(o0, o1));  // written once: evict first
-      } else {
-        if (n < p.P) yo[0] = o0;
-        if (n + 1 < p.P) yo[1] = o1;
-      }
+      store_pixel_pair(yb + uint32_t((16 * j + 8 * h) * p.P + n), n, p.P, o0, o1);
     }
   }
 }

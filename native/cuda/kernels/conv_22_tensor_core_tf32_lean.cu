@@ -39,6 +39,7 @@
 #include <string>
 
 #include "cuda/kernels/fast_div.cuh"
+#include "cuda/kernels/pixel_pair_store.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/mma_tf32.cuh"
@@ -191,8 +192,7 @@ __global__ void __launch_bounds__(max_warps(MT * NT) * 32, 2)
       k_loop<MT, NT, false>(acc, pix, nv, a_p, p.ksteps * 32, off_p, p.ksteps);
     else
       k_loop<MT, NT, true>(acc, pix, nv, a_p, p.ksteps * 32, off_p, p.ksteps);
-    // D rows g and g+8 are filters, columns 2t and 2t+1 consecutive pixels (n even: with P even, n < P means both
-    // exist and the float2 is 8-byte aligned).
+    // D rows g and g+8 are filters, columns 2t and 2t+1 consecutive pixels: straight to y.
     const int m_lane = mt0 * 16 + g;
     float* yb = y + (size_t(b) * p.M + m_lane) * size_t(p.P);
 #pragma unroll
@@ -203,13 +203,7 @@ __global__ void __launch_bounds__(max_warps(MT * NT) * 32, 2)
       for (int jh = 0; jh < 2 * MT; ++jh) {
         const int j = jh / 2, h = jh % 2;
         if (m_lane + 16 * j + 8 * h >= p.M) continue;
-        float* yo = yb + uint32_t((16 * j + 8 * h) * p.P + n);
-        if ((p.P & 1) == 0) {
-          if (n < p.P) __stcs(reinterpret_cast<float2*>(yo), make_float2(acc[j][i][2 * h], acc[j][i][2 * h + 1]));
-        } else {
-          if (n < p.P) yo[0] = acc[j][i][2 * h];
-          if (n + 1 < p.P) yo[1] = acc[j][i][2 * h + 1];
-        }
+        store_pixel_pair(yb + uint32_t((16 * j + 8 * h) * p.P + n), n, p.P, acc[j][i][2 * h], acc[j][i][2 * h + 1]);
       }
     }
   };
