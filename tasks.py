@@ -294,7 +294,7 @@ def sanitize(c, tools=None, variants=None, milestone="3", model=None, batch="64"
             "gpus": "--end-to-end: also measure scaling over 1..N GPUs (N or 'all'; default 1)",
             "compiled": "--end-to-end: models also timed against torch.compile max-autotune (FP32, TF32, fp16 "
                         "channels_last; minutes of compilation each): names, 'all' or 'none' (default ece408)",
-            "sweep": "our best correct variant against cuDNN FP32 and TF32 on 40 drawn layer shapes, without and "
+            "sweep": "our best correct variant against cuDNN FP32, TF32 and FP16 on 40 drawn layer shapes, without and "
                      "with tanh + max-pool 2/2 (warm-up 2, 5 reps unless given; --batch reduces the batch)"})
 @user_errors
 def bench(c, model=None, batch=None, reps=None, warmup=None, cpu=False, gpu=False, end_to_end=False, out=None,

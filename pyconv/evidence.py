@@ -5,9 +5,10 @@
   check passed, fastest first, with the median time the choice compared (conv + tanh + pool where they follow:
   a fusing variant's one launch against any other variant followed by the shared tanh and pooling kernels).
 - precision: per model digest (the exact weights), whether the end-to-end bench found the reduced-precision
-  (TF32) configuration leaving every label equal to PyTorch's float32 network, and the variant per conv layer that
-  configuration ran (`impls`; null in files written before it was recorded): a build whose final runs other
-  variants (a student handout's, which runs the student's) did not earn that verdict (pyconv.plan).
+  configuration (conv variants rounding to TF32 or FP16, fully connected layers in cuBLAS TF32) leaving every label
+  equal to PyTorch's float32 network, and the variant per conv layer that configuration ran (`impls`; null in files
+  written before it was recorded): the verdict allows FP16 only where those ran an FP16 variant, and a build whose
+  final runs other variants (a student handout's, which runs the student's) did not earn it (pyconv.plan).
 - first use: a layer shape `final` met with no evidence on this GPU is measured then and there (pyconv.measure:
   the bench's check and timing on the candidates final may choose) and its ranking is added here, each timing's
   source FIRST_USE; `invoke bench` measuring the shape later replaces it, `invoke evidence` keeps it.
@@ -15,7 +16,8 @@
   geometric mean of its time over the fastest time per shape): what a shape nobody measured falls back to.
 
 A GPU without a file of its own uses the STANDIN_GPU's measurements for the variant per layer (the plan's why-line
-says so) and none of its precision verdicts: TF32 is allowed only by an end-to-end bench on the GPU itself."""
+says so) and none of its precision verdicts: reduced precision is allowed only by an end-to-end bench on the GPU
+itself."""
 
 from __future__ import annotations
 
@@ -75,7 +77,7 @@ class Verdict:
     date: str  # the end-to-end bench's date
     source: str
     differ_vs_pytorch: int | None = None
-    # the conv variant per layer of the configuration checked (the TF32 candidate); None: not recorded (files
+    # the conv variant per layer of the configuration checked (the reduced candidate); None: not recorded (files
     # written before it was), which no build's own variants can claim
     impls: tuple[str, ...] | None = None
 

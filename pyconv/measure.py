@@ -8,8 +8,8 @@ the same check, the same timing of conv + tanh + pool where they follow) and the
 (pyconv.bench.evidence). The ranking goes into this GPU's evidence file (results/evidence/<gpu-slug>.json, written
 atomically), each timing's source pyconv.evidence.FIRST_USE: the next run finds the shape and measures nothing,
 and the plan's why-line says which variant won, by how much, and that final measured it. The precision rule stays
-the plan's: TF32 variants are measured like the others and chosen only where the model's labels are proven
-unchanged.
+the plan's: reduced-precision variants (TF32 or FP16) are measured like the others and chosen only where the
+model's labels are proven unchanged.
 
 Where the evidence comes from another GPU (the stand-in) or no GPU is visible (`invoke plan --gpu NAME`), nothing
 is measured; nor where the build has no variant final may choose (a student handout: final runs the student's)."""

@@ -17,8 +17,12 @@ The rules, from the variants' roles (pyconv.variants; each variant's own file in
   tanh + max-pool follow), then the evidence's fallback order, then the candidates in ladder order. A build with
   no default or candidate for final (a student handout) runs the first on-request variant (the student's), as
   milestones 2 to 4 do, measuring nothing: there is nothing to choose between.
-  Precision: TF32 (conv variants that round to TF32, and the fully connected layers through cuBLAS TF32) only for
-  weights whose end-to-end bench on this GPU changed no label against PyTorch's float32 network; otherwise float32.
+  Precision: reduced precision (conv variants that round to TF32 or to FP16, and the fully connected layers
+  through cuBLAS TF32) only for weights whose end-to-end bench on this GPU changed no label against PyTorch's
+  float32 network; otherwise float32. That bench runs final's reduced plan (whatever rounds fastest per layer) and
+  records its variants: its verdict allows TF32, and FP16 only where it ran an FP16 variant on some layer (FP16's
+  range ends at 65504: whether a model's values stay inside it is for the bench on its weights to show, and a
+  verdict from before final could pick an FP16 variant did not).
   In a build with nothing for final to choose (a student handout) that verdict counts only when the bench ran this
   build's own variant on every conv layer (the student's `invoke bench --end-to-end`): the evidence shipped with
   the project was earned with the project's convolutions, so it leaves the student's network in float32.
@@ -32,9 +36,9 @@ from dataclasses import dataclass
 from .core.errors import PyconvError
 from .core.model import Model, shape_trace
 from .evidence import Evidence
-from .variants import Variant, milestone_key
+from .variants import PRECISION_NAMES, REDUCED_PRECISIONS, Variant, milestone_key
 
-FC_MATHS = ("fp32", "tf32")
+FC_MATHS = ("fp32", "tf32")  # the fully connected layers' reduced precision is cuBLAS TF32, whatever the convs round to
 PRECISIONS = ("auto", "fp32", "reduced")
 
 # `final` streams the batch through the network in chunks on several CUDA streams (the copy of chunk i+1 overlaps
@@ -242,8 +246,20 @@ def _m4_choice(variants: Sequence[Variant], site: ConvSite) -> Choice:
                                   "ladder order that can")
 
 
-def _final_choice(variants: Sequence[Variant], site: ConvSite, ev: Evidence | None, exact: bool) -> Choice:
-    pool = [v for v in variants if v.role("final").choosable and not (exact and v.reduced_precision)]
+def _in_precision(precisions: frozenset[str], variants: Sequence[Variant]) -> str:
+    """' in float32' / ' in float32 or TF32' where final leaves out a reduced precision one of its variants computes
+    in, '' where it leaves out none."""
+    could = {v.precision for v in variants if v.reduced_precision and v.role("final").choosable}
+    if could <= precisions:
+        return ""
+    return " in " + " or ".join(PRECISION_NAMES[p] for p in ("fp32", *REDUCED_PRECISIONS)
+                                if p == "fp32" or p in precisions)
+
+
+def _final_choice(variants: Sequence[Variant], site: ConvSite, ev: Evidence | None,
+                  precisions: frozenset[str]) -> Choice:
+    """precisions: the reduced precisions (REDUCED_PRECISIONS) final may run; empty: float32 only."""
+    pool = [v for v in variants if v.role("final").choosable and (not v.reduced_precision or v.precision in precisions)]
     by = {v.name: v for v in pool}
     everyone = {v.name: v for v in variants}
     refused: list[str] = []
@@ -256,7 +272,7 @@ def _final_choice(variants: Sequence[Variant], site: ConvSite, ev: Evidence | No
             other = everyone.get(t.variant)
             if other is not None and not passed_over and not allowed:
                 role = other.role("final")
-                passed_over.append(f"{other.name} rounds to TF32" if role.choosable else
+                passed_over.append(f"{other.name} rounds to {PRECISION_NAMES[other.precision]}" if role.choosable else
                                    f"{other.name} is {role.role} in final: {role.reason}")
             continue
         why = cannot_take(v, site)
@@ -276,14 +292,14 @@ def _final_choice(variants: Sequence[Variant], site: ConvSite, ev: Evidence | No
             if ev.standin_for is not None:
                 when = (f"measured on {ev.gpu} when final first met this shape ({t.date[:10]}, {ev.where()}): "
                         f"no evidence for {ev.standin_for}")
-            line = (f"{when}{' in float32' if exact else ''}: {v.name} {t.ms:.3g} ms at batch {B}, "
+            line = (f"{when}{_in_precision(precisions, variants)}: {v.name} {t.ms:.3g} ms at batch {B}, "
                     + (f"{allowed[1].ms / t.ms:.2g}x the next ({allowed[1].variant})" if len(allowed) > 1 else
                        "the only one of final's variants that passed its check"))
         else:
             where = f"{t.source}" if ev.standin_for is None else \
                 f"{t.source}, measured on {ev.gpu}: no evidence for {ev.standin_for}"
             what = "conv + tanh + pool" if site.tanh_pool_follows else "conv"
-            line = (f"fastest {what} measured on this shape{' in float32' if exact else ''} among final's variants "
+            line = (f"fastest {what} measured on this shape{_in_precision(precisions, variants)} among final's variants "
                     f"({t.ms:.3g} ms at batch {B}; {where})")
         if passed_over:
             line += f"; faster: {passed_over[0]}"
@@ -308,32 +324,56 @@ def _final_choice(variants: Sequence[Variant], site: ConvSite, ev: Evidence | No
     return Choice(site, v.name, f"{how} ({src})")
 
 
+def verdict_precisions(impls: Sequence[str] | None, variants: Sequence[Variant]) -> frozenset[str]:
+    """The reduced precisions an end-to-end verdict that kept every label checked, from the variants its bench ran
+    (impls): TF32 always (every reduced configuration it ran multiplied the fully connected layers in cuBLAS TF32,
+    and files that do not record their variants predate FP16 variants), FP16 where one of its conv layers ran an
+    FP16 variant."""
+    precision = {v.name: v.precision for v in variants}
+    ran = {precision.get(n) for n in impls or ()}
+    return frozenset({"tf32"} | {p for p in REDUCED_PRECISIONS if p in ran})
+
+
+def _names(precisions) -> str:
+    return " and ".join(PRECISION_NAMES[p] for p in REDUCED_PRECISIONS if p in precisions)
+
+
 def precision_decision(ev: Evidence | None, model_digest: str | None, precision: str = "auto",
-                       runs: Sequence[str] | None = None) -> tuple[bool, str]:
-    """(exact, why): whether final computes in float32 only, and one line on what decided it. runs: the variant per
-    conv layer where final has nothing to choose (a student handout: the student's); the verdict then counts only
-    if its bench ran exactly those, as the student's own `invoke bench --end-to-end` does."""
+                       runs: Sequence[str] | None = None,
+                       variants: Sequence[Variant] = ()) -> tuple[frozenset[str], str]:
+    """(allowed, why): the reduced precisions final may run (empty: float32 only), and one line on what decided it.
+    variants: the build's, to tell which reduced precisions the verdict's bench ran and which the build could pick.
+    runs: the variant per conv layer where final has nothing to choose (a student handout: the student's); the
+    verdict then counts only if its bench ran exactly those, as the student's own `invoke bench --end-to-end`
+    does."""
     if precision not in PRECISIONS:
         raise PyconvError(f"unknown precision '{precision}' (known: {', '.join(PRECISIONS)})")
     if precision != "auto":
-        return precision == "fp32", "forced"
+        return frozenset(REDUCED_PRECISIONS if precision == "reduced" else ()), "forced"
     verdict = ev.verdict(model_digest) if ev is not None else None
     if verdict is None:
-        return True, "float32: no end-to-end bench of these weights on this GPU has checked TF32"
+        return frozenset(), "float32: no end-to-end bench of these weights on this GPU has checked reduced precision"
     if runs is not None:
         mine = ", ".join(dict.fromkeys(runs))
         if verdict.impls is None or tuple(verdict.impls) != tuple(runs):
             ran = (f"ran {', '.join(dict.fromkeys(verdict.impls))}" if verdict.impls is not None
                    else "does not record which variants it ran")
-            return True, (f"float32, fully connected layers included: the end-to-end bench behind the TF32 verdict "
-                          f"for these weights ({verdict.source}, {verdict.date}) {ran}, not this build's {mine}; "
-                          "`invoke bench --end-to-end` checks TF32 with it")
-        if verdict.reduced_precision_ok:
-            return False, (f"TF32 allowed: no label differs from PyTorch's with this build's {mine} (bench of "
-                           f"{verdict.date})")
-    if verdict.reduced_precision_ok:
-        return False, f"TF32 allowed: no label differs from PyTorch's (bench of {verdict.date})"
-    return True, "float32: TF32 changed labels in the end-to-end bench"
+            return frozenset(), (f"float32, fully connected layers included: the end-to-end bench behind the "
+                                 f"reduced-precision verdict for these weights ({verdict.source}, {verdict.date}) "
+                                 f"{ran}, not this build's {mine}; `invoke bench --end-to-end` checks reduced "
+                                 "precision with it")
+    if not verdict.reduced_precision_ok:
+        return frozenset(), "float32: reduced precision changed labels in the end-to-end bench"
+    allowed = verdict_precisions(verdict.impls, variants)
+    with_what = f" with this build's {', '.join(dict.fromkeys(runs))}" if runs is not None else ""
+    why = (f"reduced precision ({_names(allowed)}) allowed: no label differs from PyTorch's{with_what} (bench of "
+           f"{verdict.date})")
+    # a reduced precision this build could pick that the bench never ran: say why final leaves it out
+    could = {v.precision for v in variants if v.reduced_precision and v.role("final").choosable}
+    if missing := [p for p in REDUCED_PRECISIONS if p in could and p not in allowed]:
+        why += (f"; not {_names(missing)}: that bench ran no {_names(missing)} variant (`invoke bench --end-to-end` "
+                "checks final's fastest reduced plan)")
+    return allowed, why
 
 
 def plan(milestone: str, sites: Sequence[ConvSite], variants: Sequence[Variant], evidence: Evidence | None = None,
@@ -359,9 +399,10 @@ def plan(milestone: str, sites: Sequence[ConvSite], variants: Sequence[Variant],
         return Plan(m, device, tuple(_m4_choice(mine, s) for s in sites), "fp32", "float32, the course's arithmetic",
                     chunks, streams)
     if any(v.role("final").choosable for v in mine):
-        exact, why = precision_decision(evidence, model_digest, precision)
-        choices = [_final_choice(mine, s, evidence, exact) for s in sites]
+        allowed, why = precision_decision(evidence, model_digest, precision, variants=mine)
+        choices = [_final_choice(mine, s, evidence, allowed) for s in sites]
     else:  # nothing to choose between (a student handout): the student's variant, as milestones 2 to 4 run it
         choices = [_default_choice(mine, "final", s, "final") for s in sites]
-        exact, why = precision_decision(evidence, model_digest, precision, runs=[c.variant for c in choices])
-    return Plan(m, device, tuple(choices), "fp32" if exact else "tf32", why, chunks, streams, tuned=True)
+        allowed, why = precision_decision(evidence, model_digest, precision, runs=[c.variant for c in choices],
+                                          variants=mine)
+    return Plan(m, device, tuple(choices), "tf32" if allowed else "fp32", why, chunks, streams, tuned=True)

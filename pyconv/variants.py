@@ -17,7 +17,12 @@ from .core.errors import PyconvError
 MILESTONE_KEYS = {"2": "m2", "3": "m3", "4": "m4", "final": "final"}
 ROLES = ("default", "candidate", "on-request", "never")
 EPILOGUES = ("none", "tanh-maxpool2")
-PRECISIONS = ("fp32", "tf32")  # TF32 split three ways (3xTF32) is as accurate as float32 and says "fp32"
+# How a variant multiplies (native/common/variant.hpp): "fp32", or one of REDUCED_PRECISIONS, one tensor-core pass on
+# operands rounded to TF32 or to FP16. The split variants (3xTF32, FP16 hi + lo) are as accurate as float32 and say
+# "fp32".
+REDUCED_PRECISIONS = ("tf32", "fp16")
+PRECISIONS = ("fp32", *REDUCED_PRECISIONS)
+PRECISION_NAMES = {"fp32": "float32", "tf32": "TF32", "fp16": "FP16"}  # as sentences name them
 DEVICES = ("cpu", "gpu")
 DEFAULT_RTOL = 1e-4  # what a descriptor's rtol = 0 stands for (native/common/variant.hpp)
 
@@ -78,7 +83,8 @@ class Variant:
 
     @property
     def reduced_precision(self) -> bool:
-        return self.precision == "tf32"
+        """Rounds its operands (TF32 or FP16): final runs it only where the end-to-end verdict allows it."""
+        return self.precision in REDUCED_PRECISIONS
 
     def why_unsupported(self, shape: Sequence[int]) -> str:
         """'' when the variant takes a convolution of this (B, C, H, W, M, K), else why not."""

@@ -14,7 +14,7 @@ from gpu_helpers import HAVE_GPU, StandInGpu, gpu, random_model, requires_gpu, u
 from student_variants import SKELETON, skip_if_unstarted
 
 from pyconv import variants, verify
-from pyconv.bench import cpu_layers, goals, gpu_layers, roofline, sites, tags, timing
+from pyconv.bench import cpu_layers, goals, gpu_layers, roofline, schema, sites, tags, timing
 from pyconv.bench import run as bench
 from pyconv.bench.schema import FORMAT, VERSION
 from pyconv.core import reference
@@ -193,8 +193,9 @@ def test_goals_met_and_missed():
     assert u8["measured"] is None and u8["met"] is None  # no variant here timed its uint8 path
     fa17 = g["fa17 conv + tanh + pool"]
     assert fa17["measured"] is None and fa17["met"] is None and "not in this run" in fa17["note"]
-    assert g["sp19 conv2 (TF32 allowed)"]["measured"] == pytest.approx(0.40)
-    assert g["sp19 conv2 (TF32 allowed)"]["met"] is False and g["sp19 conv2, exact float32"]["met"] is False
+    reduced = g["sp19 conv2 (reduced precision allowed)"]
+    assert reduced["measured"] == pytest.approx(0.40)
+    assert reduced["met"] is False and g["sp19 conv2, exact float32"]["met"] is False
     assert not any(x["name"].startswith("cpu-fast") for x in goals.check_goals(result, "cpu-fast"))  # no CPU part
 
 
@@ -209,13 +210,50 @@ def test_the_first_layer_goal_is_float32_and_counts_the_uint8_path_apart():
     assert u8["measured"] == pytest.approx(0.08) and u8["met"] is True
 
 
-def test_conv2_goals_tell_tf32_from_float32():
-    rows = [_row("gpu-x-tf32", 0.14), _row("gpu-y", 0.29)]
-    rows[0]["precision"] = "tf32"
+def test_conv2_goals_tell_reduced_precision_from_float32():
+    rows = [_row("gpu-x-tf32", 0.14), _row("gpu-y", 0.29), _row("gpu-z-half", 0.12)]
+    rows[0]["precision"], rows[2]["precision"] = "tf32", "fp16"
     c2 = _layer(goals.SP19_CONV2, rows, 1.0)
     g = _by_name(goals.check_goals({"parts": ["gpu"], "layers": [c2]}))
-    assert g["sp19 conv2 (TF32 allowed)"]["measured"] == pytest.approx(0.14) and g["sp19 conv2 (TF32 allowed)"]["met"]
+    reduced = g["sp19 conv2 (reduced precision allowed)"]
+    assert reduced["measured"] == pytest.approx(0.12) and reduced["met"]  # the FP16 variant counts as reduced
     assert g["sp19 conv2, exact float32"]["measured"] == pytest.approx(0.29) and g["sp19 conv2, exact float32"]["met"]
+
+
+def test_a_reduced_variant_is_held_to_cudnns_faster_reduced_mode():
+    """x cuDNN: float32 rows against cuDNN FP32; TF32 and FP16 rows against the faster of cuDNN TF32 and cuDNN FP16
+    where they were measured (never an FP16 variant against cuDNN TF32 or FP32 alone), the mode named."""
+    rows = [_row("f32", 0.40, tanh_pool=0.50), dict(_row("t", 0.20, tanh_pool=0.30), precision="tf32"),
+            dict(_row("h", 0.10), precision="fp16"), dict(_row("hf", 0.08, "tanh-maxpool2"), precision="fp16")]
+    rows[0]["precision"] = "fp32"
+    layer = {"model": "m", "layer": "conv", "B": 10000, "C": 6, "H": 22, "W": 22, "M": 16, "K": 5,
+             "tanh_pool_follows": True, "variants": rows,
+             "cudnn": {"conv_ms": {"median": 2.0}, "conv_tanh_pool_ms": {"median": 2.4}},
+             "cudnn_tf32": {"conv_ms": {"median": 1.0}, "conv_tanh_pool_ms": {"median": 0.8}},
+             "cudnn_fp16": {"conv_ms": {"median": 0.5}, "conv_tanh_pool_ms": {"median": 1.2}}}
+    gpu_layers.summarise_layer(layer)
+    f32, t, h, hf = layer["variants"]
+    assert f32["x_cudnn"] == pytest.approx(2.0 / 0.40) and "cudnn_mode" not in f32
+    assert f32["tanh_pool_x_cudnn"] == pytest.approx(2.4 / 0.50)
+    assert t["x_cudnn"] == pytest.approx(0.5 / 0.20) and t["cudnn_mode"] == "fp16"  # FP16 is cuDNN's faster conv
+    assert t["tanh_pool_x_cudnn"] == pytest.approx(0.8 / 0.30)  # TF32 is its faster conv + tanh + pool
+    assert h["x_cudnn"] == pytest.approx(0.5 / 0.10) and h["cudnn_mode"] == "fp16"
+    assert hf["x_cudnn"] == pytest.approx(0.8 / 0.08) and hf["cudnn_mode"] == "tf32"
+    assert layer["best_conv"] == {"variant": "h", "ms": 0.10, "tanh_pool": False, "x_cudnn": pytest.approx(5.0),
+                                  "cudnn_mode": "fp16"}
+    assert layer["best_conv_tanh_pool"]["cudnn_mode"] == "tf32"
+    assert gpu_layers.reduced_yardstick(layer, "conv_ms") == (0.5, "fp16")
+    typed = schema.LayerResult.from_dict(layer)  # the new keys load (and files without them, below)
+    assert typed.variants[2].cudnn_mode == "fp16" and typed.cudnn_fp16.conv_ms.median == 0.5
+    assert typed.best_conv.cudnn_mode == "fp16"
+    # a file from before cuDNN's reduced modes were measured: every row against cuDNN FP32, as it was
+    del layer["cudnn_tf32"], layer["cudnn_fp16"]
+    for r in rows:
+        r.pop("cudnn_mode", None)
+    gpu_layers.summarise_layer(layer)
+    assert h["x_cudnn"] == pytest.approx(2.0 / 0.10) and "cudnn_mode" not in h and "cudnn_mode" not in layer["best"]
+    typed = schema.LayerResult.from_dict(layer)
+    assert typed.cudnn_fp16 is None and typed.variants[2].cudnn_mode is None
 
 
 def test_goals_need_batch_10000():

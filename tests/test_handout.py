@@ -85,7 +85,8 @@ def test_the_handouts_final_does_not_take_the_projects_tf32_verdict(tmp_path):
                       roles={m: Role("on-request", "the student's") for m in ("m3", "m4", "final")})
     p = plan.plan("final", plan.conv_sites(model, 100), [student], ev, model_digest=model.digest())
     assert p.impls == ["gpu-student", "gpu-student"] and p.fc_math == "fp32", p.lines()
-    assert "not this build's gpu-student; `invoke bench --end-to-end` checks TF32 with it" in p.precision
+    assert ("not this build's gpu-student; `invoke bench --end-to-end` checks reduced precision with it"
+            in p.precision)
 
 
 @pytest.fixture(scope="module")

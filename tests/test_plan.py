@@ -116,9 +116,10 @@ def test_a_student_builds_final_uses_only_a_tf32_verdict_earned_with_its_own_var
     e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e-x.json", 0, ("fused", "tf32"))
     p = plan.plan("final", SITES, student_build(), e, model_digest="d")
     assert p.impls == ["gpu-student"] * 2 and p.fc_math == "fp32"
-    assert p.precision == ("float32, fully connected layers included: the end-to-end bench behind the TF32 verdict "
-                           "for these weights (bench-e2e-x.json, 2000-01-02) ran fused, tf32, not this build's "
-                           "gpu-student; `invoke bench --end-to-end` checks TF32 with it")
+    assert p.precision == ("float32, fully connected layers included: the end-to-end bench behind the "
+                           "reduced-precision verdict for these weights (bench-e2e-x.json, 2000-01-02) ran fused, "
+                           "tf32, not this build's gpu-student; `invoke bench --end-to-end` checks reduced precision "
+                           "with it")
     assert p.lines()[:2] == ["final on the GPU: " + p.precision,
                              "fully connected layers: fp32; 4 chunk(s) on 4 streams"]
     # an evidence file written before the variants were recorded: not the student's either
@@ -132,11 +133,11 @@ def test_a_student_builds_final_uses_only_a_tf32_verdict_earned_with_its_own_var
     e.verdicts["d"] = Verdict("m", "d", True, "2000-01-03", "bench-e2e-mine.json", 0, ("gpu-student", "gpu-student"))
     p = plan.plan("final", SITES, student_build(), e, model_digest="d")
     assert p.fc_math == "tf32" and p.impls == ["gpu-student"] * 2
-    assert p.precision == ("TF32 allowed: no label differs from PyTorch's with this build's gpu-student (bench of "
-                           "2000-01-03)")
+    assert p.precision == ("reduced precision (TF32) allowed: no label differs from PyTorch's with this build's "
+                           "gpu-student (bench of 2000-01-03)")
     e.verdicts["d"] = Verdict("m", "d", False, "2000-01-03", "bench-e2e-mine.json", 3, ("gpu-student",) * 2)
     p = plan.plan("final", SITES, student_build(), e, model_digest="d")
-    assert p.fc_math == "fp32" and p.precision == "float32: TF32 changed labels in the end-to-end bench"
+    assert p.fc_math == "fp32" and p.precision == "float32: reduced precision changed labels in the end-to-end bench"
     # the end-to-end bench forces each precision to measure it; the project's build reads the verdict as before
     assert plan.plan("final", SITES, student_build(), e, model_digest="d", precision="reduced").fc_math == "tf32"
     e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e-x.json", 0)
@@ -191,7 +192,7 @@ def test_final_takes_the_fastest_measured_variant_it_may_choose():
     e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e.json")
     p = plan.plan("final", SITES, ladder(), e, model_digest="d")
     assert p.impls == ["fused", "tf32"] and p.fc_math == "tf32" and p.tuned
-    assert p.precision == "TF32 allowed: no label differs from PyTorch's (bench of 2000-01-02)"
+    assert p.precision == "reduced precision (TF32) allowed: no label differs from PyTorch's (bench of 2000-01-02)"
     assert "tf32-fused is on-request in final: tf32-fused is not for final" in p.layers[0].why
     assert "0.3 ms" in p.layers[1].why and "bench-x.json" in p.layers[1].why
     # float32: no verdict for these weights, or a verdict against TF32, or forced
@@ -200,7 +201,7 @@ def test_final_takes_the_fastest_measured_variant_it_may_choose():
         assert q.impls == ["fused", "direct"] and q.fc_math == "fp32" and q.precision.startswith("float32: no end")
     e.verdicts["d"] = Verdict("m", "d", False, "2000-01-03", "bench-e2e.json")
     q = plan.plan("final", SITES, ladder(), e, model_digest="d")
-    assert q.fc_math == "fp32" and q.precision == "float32: TF32 changed labels in the end-to-end bench"
+    assert q.fc_math == "fp32" and q.precision == "float32: reduced precision changed labels in the end-to-end bench"
     assert plan.plan("final", SITES, ladder(), e, model_digest="d", precision="reduced").impls == ["fused", "tf32"]
 
 
@@ -255,20 +256,21 @@ def test_unknown_milestone_and_precision():
 # now `--fallback`; without it those are errors).
 FIXED, SPEC, TC, CONST = "gpu-fused-tanh-pool", "gpu-specialised", "gpu-tensor-core-tf32", "gpu-constant-operand"
 SUBSTITUTED = {FIXED: [FIXED, SPEC], TC: [SPEC, TC], "gpu-tensor-core-fused": ["gpu-tensor-core-fused", SPEC]}
+ALLOWED = "reduced precision (TF32) allowed: no label differs from PyTorch's (bench of {})"
 BEFORE = {
-    "ece408": dict(final=[FIXED, TC], fc="tf32", why="TF32 allowed: no label differs from PyTorch's (bench of "
-                   "2026-11-23T04:15:51+00:00)", exact=[FIXED, SPEC], reduced=[FIXED, TC], impl=SUBSTITUTED),
-    "ece408-fa18": dict(final=[FIXED, CONST], fc="tf32", why="TF32 allowed: no label differs from PyTorch's (bench "
-                        "of 2026-11-23T04:16:24+00:00)", exact=[FIXED, CONST], reduced=[FIXED, CONST],
-                        impl=SUBSTITUTED),
-    "ece408-high": dict(final=[FIXED], fc="tf32", why="TF32 allowed: no label differs from PyTorch's (bench of "
-                        "2026-11-23T04:15:51+00:00)", exact=[FIXED], reduced=[FIXED], impl={}),
-    "ece408-low": dict(final=[FIXED], fc="tf32", why="TF32 allowed: no label differs from PyTorch's (bench of "
-                       "2026-11-23T04:15:51+00:00)", exact=[FIXED], reduced=[FIXED], impl={}),
-    "ece408-sp18": dict(final=[FIXED, SPEC], fc="fp32", why="float32: TF32 changed labels in the end-to-end bench",
+    "ece408": dict(final=[FIXED, TC], fc="tf32", why=ALLOWED.format("2026-11-23T04:15:51+00:00"),
+                   exact=[FIXED, SPEC], reduced=[FIXED, TC], impl=SUBSTITUTED),
+    "ece408-fa18": dict(final=[FIXED, CONST], fc="tf32", why=ALLOWED.format("2026-11-23T04:16:24+00:00"),
+                        exact=[FIXED, CONST], reduced=[FIXED, CONST], impl=SUBSTITUTED),
+    "ece408-high": dict(final=[FIXED], fc="tf32", why=ALLOWED.format("2026-11-23T04:15:51+00:00"), exact=[FIXED],
+                        reduced=[FIXED], impl={}),
+    "ece408-low": dict(final=[FIXED], fc="tf32", why=ALLOWED.format("2026-11-23T04:15:51+00:00"), exact=[FIXED],
+                       reduced=[FIXED], impl={}),
+    "ece408-sp18": dict(final=[FIXED, SPEC], fc="fp32",
+                        why="float32: reduced precision changed labels in the end-to-end bench",
                         exact=[FIXED, SPEC], reduced=[FIXED, TC], impl=SUBSTITUTED),
-    "course-sp19": dict(final=[FIXED, TC], fc="tf32", why="TF32 allowed: no label differs from PyTorch's (bench of "
-                        "2026-11-23T04:15:51+00:00)", exact=[FIXED, SPEC], reduced=[FIXED, TC], impl=SUBSTITUTED),
+    "course-sp19": dict(final=[FIXED, TC], fc="tf32", why=ALLOWED.format("2026-11-23T04:15:51+00:00"),
+                        exact=[FIXED, SPEC], reduced=[FIXED, TC], impl=SUBSTITUTED),
 }
 # On a GPU with no evidence of its own (e.g. an H100) the old code used the hand-kept FINAL_TABLE (H200
 # measurements) in float32; the plan uses the H200's evidence file in float32. Same choices, except fa18's conv2:
@@ -365,7 +367,7 @@ def test_the_plan_on_a_gpu_without_evidence_uses_the_h200s_in_float32(name, tmp_
     assert ev.standin_for == "NVIDIA H100 80GB HBM3" and ev.gpu == "NVIDIA H200"
     p = plan.plan("final", sites, vs, ev, model_digest=model.digest())
     assert p.impls == CHANGED_ELSEWHERE.get(name, BEFORE_ELSEWHERE[name]) and p.fc_math == "fp32"
-    assert p.precision == "float32: no end-to-end bench of these weights on this GPU has checked TF32"
+    assert p.precision == "float32: no end-to-end bench of these weights on this GPU has checked reduced precision"
     assert all("no evidence for NVIDIA H100 80GB HBM3" in c.why for c in p.layers)
 
 
@@ -375,7 +377,7 @@ def test_invoke_plan_explains_a_milestone_for_a_gpu_by_name():
     from pyconv.tools import milestones
 
     lines = milestones.explain("final", batch=100, model="ece408", gpu_name="NVIDIA H200")
-    assert lines[0] == "for NVIDIA H200" and lines[1].startswith("final on the GPU: TF32 allowed")
+    assert lines[0] == "for NVIDIA H200" and lines[1].startswith("final on the GPU: reduced precision (TF32) allowed")
     assert lines[3].startswith("conv layer 1 (conv1: C=1 48x48")
     assert " -- fastest conv + tanh + pool measured on this shape" in lines[3]  # which one: results/evidence/
     with pytest.raises(PyconvError, match="--impl gpu-fused-tanh-pool cannot run conv layer 2"):

@@ -13,6 +13,7 @@ from student_variants import skip_if_unstarted
 
 from pyconv.bench import gpu_layers, schema, sweep
 from pyconv.bench import run as bench
+from pyconv.report import tables
 
 
 def test_the_shapes_are_fixed_distinct_and_in_range():
@@ -27,21 +28,23 @@ def test_the_shapes_are_fixed_distinct_and_in_range():
 
 
 class SweepGpu(StandInGpu):
-    """The stand-in with a TF32 variant that is faster than every float32 one (2.2 ms median of 3 reps)."""
+    """The stand-in with a TF32 variant that is faster than every float32 one (2.2 ms median of 3 reps), and an FP16
+    one between them (1.65 ms)."""
 
     @staticmethod
     def variants():
         out = StandInGpu.variants()
         tf32 = dict(out[0], name="fake-tf32", step=4, precision="tf32")
-        return [*out, tf32]
+        fp16 = dict(out[0], name="fake-fp16", step=5, precision="fp16")
+        return [*out, tf32, fp16]
 
     @staticmethod
     def conv(name, x, k):
-        return StandInGpu.conv("fake-plain" if name == "fake-tf32" else name, x, k)
+        return StandInGpu.conv("fake-plain" if name in ("fake-tf32", "fake-fp16") else name, x, k)
 
     def time_conv(self, name, x, k, warmup, reps):
         times = super().time_conv(name, x, k, warmup, reps)
-        return [t / 2 for t in times] if name == "fake-tf32" else times
+        return [t * {"fake-tf32": 0.5, "fake-fp16": 0.75}.get(name, 1.0) for t in times]
 
 
 class FakeTorch:
@@ -51,12 +54,12 @@ class FakeTorch:
             pass
 
 
-def fake_cudnn(torch, site, rng, warmup, reps, *, tf32=False, inputs=None):
-    """cuDNN FP32: conv 4.4 ms, conv + tanh + pool 5.5; TF32: 2.2 and 1.1."""
-    conv, pooled = (2.2, 1.1) if tf32 else (4.4, 5.5)
+def fake_cudnn(torch, site, rng, warmup, reps, *, mode="fp32", inputs=None):
+    """cuDNN FP32: conv 4.4 ms, conv + tanh + pool 5.5; TF32: 2.2 and 1.1; FP16: 1.1 and 2.0 (faster than TF32 on
+    the conv alone only)."""
+    conv, pooled = {"fp32": (4.4, 5.5), "tf32": (2.2, 1.1), "fp16": (1.1, 2.0)}[mode]
     assert inputs is not None and inputs[0].shape == (site["B"], site["C"], site["H"], site["W"])  # shared x, k
-    return {"source": f"stand-in cuDNN, TF32 {'on' if tf32 else 'off'}", "conv_ms": {"median": conv},
-            "conv_tanh_pool_ms": {"median": pooled}}
+    return {"source": f"stand-in cuDNN {mode}", "conv_ms": {"median": conv}, "conv_tanh_pool_ms": {"median": pooled}}
 
 
 SHAPES = [(1, 12, 12, 4, 3), (3, 13, 13, 5, 5)]
@@ -78,20 +81,26 @@ def test_sweep_rows_ratios_summary_and_goals(tmp_path, monkeypatch):
     cells = {v.variant: v for v in plain.variants}
     assert cells["fake-plain"].ms == pytest.approx(2.2) and cells["fake-tf32"].ms == pytest.approx(1.1)
     assert cells["fake-tf32"].precision == "tf32" and "elements off" in cells["fake-wrong"].failed
+    assert cells["fake-fp16"].precision == "fp16" and cells["fake-fp16"].ms == pytest.approx(1.65)
     assert cells["fake-wrong"].ms is None and "fake-wrong" not in g.timed  # a failed variant is never timed
     assert "in the row with them" in cells["fake-fused"].skipped
     assert cells["fake-picky"].skipped == "unsupported: needs C >= 4"
-    # like for like: the best float32 variant against cuDNN FP32, the best of all against cuDNN TF32
+    # like for like: the best float32 variant against cuDNN FP32 (the FP16 variant is not float32), the best of all
+    # against cuDNN's faster reduced mode: FP16 for the conv alone, TF32 with tanh + pool
     assert plain.best_fp32.variant == "fake-plain" and plain.best.variant == "fake-tf32"
-    assert plain.x_cudnn_fp32 == pytest.approx(4.4 / 2.2) and plain.x_cudnn_tf32 == pytest.approx(2.2 / 1.1)
+    assert (plain.cudnn_tf32_ms, plain.cudnn_fp16_ms) == (2.2, 1.1)
+    assert plain.x_cudnn_fp32 == pytest.approx(4.4 / 2.2) and plain.x_cudnn_tf32 == pytest.approx(1.1 / 1.1)
+    assert plain.x_cudnn_reduced_mode == "fp16"
     pcells = {v.variant: v for v in pooled.variants}
     assert pcells["fake-plain"].ms == 3.0 and pcells["fake-fused"].ms == pytest.approx(0.55)  # conv + tanh + pool
     assert pooled.best.variant == pooled.best_fp32.variant == "fake-fused"
     assert pooled.x_cudnn_fp32 == pytest.approx(5.5 / 0.55) and pooled.x_cudnn_tf32 == pytest.approx(1.1 / 0.55)
+    assert pooled.x_cudnn_reduced_mode == "tf32" and pooled.cudnn_fp16_ms == 2.0
     fp32, tf32 = sw.summary
     assert (fp32.comparison, fp32.rows, fp32.missing) == ("fp32", 4, 0)
     assert fp32.worst == pytest.approx(2.0) and fp32.worst_row.startswith("s00 C=1 12x12 M=4 K=3")
-    assert fp32.geomean == pytest.approx(math.sqrt(2.0 * 10.0)) and tf32.worst == pytest.approx(2.0)
+    assert fp32.geomean == pytest.approx(math.sqrt(2.0 * 10.0)) and tf32.worst == pytest.approx(1.0)
+    assert tf32.title == "best variant (reduced precision allowed) x cuDNN's faster of TF32 and FP16"
     goals = {x.name.split(" over")[0]: x for x in doc.goals}
     worst = goals["sweep: worst best-float32 variant x cuDNN FP32"]
     geo = goals["sweep: geometric mean of best-float32 variant x cuDNN FP32"]
@@ -100,6 +109,10 @@ def test_sweep_rows_ratios_summary_and_goals(tmp_path, monkeypatch):
     assert any(line.startswith("sweep 2/2: C=3 13x13 M=5 K=5 at batch 40") for line in lines)
     table = lines[-1]
     assert "Sweep summary" in table and "best float32 variant x cuDNN FP32" in table and "fake-wrong" in table
+    rows = tables.sweep_table(doc)
+    assert rows.header[6:11] == ["best (reduced precision allowed)", "ms", "cuDNN TF32 ms", "cuDNN FP16 ms",
+                                 "x cuDNN reduced"]
+    assert rows.rows[0][6:11] == ["fake-tf32", "1.10", "2.20", "1.10", "1.0 (vs FP16)"], rows.rows[0]
     assert json.loads(dest.read_text())["sweep"]["rows"][0]["variants"][0]["variant"] == "fake-plain"
 
 
@@ -133,4 +146,6 @@ def test_sweep_on_the_gpu_small(tmp_path, monkeypatch):
         assert row.best_fp32 is not None and row.best_fp32.ms > 0
         assert not [v for v in row.variants if v.failed or v.error], row.variants
         if gpu_layers.torch_gpu() is not None:
-            assert row.cudnn_fp32_ms > 0 and row.cudnn_tf32_ms > 0 and row.x_cudnn_fp32 > 0
+            assert row.cudnn_fp32_ms > 0 and row.cudnn_tf32_ms > 0 and row.cudnn_fp16_ms > 0 and row.x_cudnn_fp32 > 0
+            assert row.x_cudnn_reduced_mode in ("tf32", "fp16")
+            assert row.x_cudnn_tf32 == pytest.approx(min(row.cudnn_tf32_ms, row.cudnn_fp16_ms) / row.best.ms)

@@ -37,11 +37,20 @@ enum class Epilogue {
   TanhMaxPool2,  // y[B][M][Ho/2][Wo/2] = maxpool2x2/2(tanh(conv(x, k))) -- the layer never stores un-pooled
 };
 
-// How the variant multiplies. Tf32x3 (each operand split into two TF32 parts, three MMAs per product) and F16x3
-// (each operand split into two FP16 parts, three MMAs per product: cuda/runtime/mma_f16.cuh) are as accurate as
-// float32 FFMA: they are held to float32's tolerance and count as float32 wherever precision is decided (e.g.
-// final's TF32 verdict).
-enum class Precision { Fp32, Tf32, Tf32x3, F16x3 };
+// How the variant multiplies. Tf32 and F16 are reduced precision: one tensor-core pass on operands rounded to
+// TF32 or to FP16 (both keep 11 significant bits; FP16's range ends at 65504, beyond which a value overflows),
+// products summed in float32. They set a looser rtol, report "tf32" / "fp16", and final uses them only when the
+// end-to-end bench's label verdict allows reduced precision. Tf32x3 (each operand split into two TF32 parts, three
+// MMAs per product) and F16x3 (each operand split into two FP16 parts, three MMAs per product:
+// cuda/runtime/mma_f16.cuh) are as accurate as float32 FFMA: they are held to float32's tolerance and count as
+// float32 wherever precision is decided.
+enum class Precision {
+  Fp32,
+  Tf32,    // one TF32 pass: reduced precision
+  Tf32x3,  // counts as float32
+  F16x3,   // counts as float32
+  F16,     // one FP16 pass: reduced precision like Tf32
+};
 
 // The relative tolerance every variant is held to unless it says otherwise (rtol = 0 in its descriptor).
 constexpr double kDefaultRtol = 1e-4;
@@ -56,7 +65,16 @@ inline const char* role_name(Role r) {
   return "never";
 }
 inline const char* epilogue_name(Epilogue e) { return e == Epilogue::TanhMaxPool2 ? "tanh-maxpool2" : "none"; }
-inline const char* precision_name(Precision p) { return p == Precision::Tf32 ? "tf32" : "fp32"; }
+inline const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::Tf32: return "tf32";
+    case Precision::F16: return "fp16";
+    case Precision::Fp32:
+    case Precision::Tf32x3:
+    case Precision::F16x3: break;  // as accurate as float32
+  }
+  return "fp32";
+}
 
 // Descriptors of one kind (CPU or GPU), in ladder order. V has name, step, summary, rtol and a
 // `const char* source` the registrar fills with the registering file.

@@ -73,10 +73,12 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
     """The final milestone's configuration of the GPU engine and PyTorch + cuDNN on one model: resident, pinned,
     pageable; Correctness; peak device memory; the labels that differ from PyTorch's float32 network.
 
-    The reduced-precision candidate (TF32 where it is fastest) is measured first; when a label differs from
+    The reduced-precision candidate (final's plan with every variant allowed: a TF32 or FP16 variant where one is
+    fastest, and the fully connected layers in cuBLAS TF32) is measured first; when a label differs from
     PyTorch's, the float32 configuration is measured too and is what final runs ("pyconv"; the rejected candidate
     stays in "pyconv_reduced"). The entry records the verdict for these weights (model_digest,
-    reduced_precision_ok), which final reads through the evidence file (pyconv.evidence). Without PyTorch nothing
+    reduced_precision_ok) and the variants that earned it (impls: which reduced precisions it checked), which
+    final reads through the evidence file (pyconv.evidence, pyconv.plan.verdict_precisions). Without PyTorch nothing
     can be verified: the float32 configuration is measured and no verdict is recorded."""
     model = load_model(model_name)
     x, labels = data.load_test(model.input_size, batch)

@@ -1,6 +1,12 @@
 """Every GPU variant on one conv layer: checked against the reference (pyconv.verify), then timed; conv + tanh +
 pool where they follow; cuDNN (through PyTorch) on the same shape in the same run, timed the same way.
 
+cuDNN is the yardstick in the precision the variant computes in: float32 (TF32 off) for every float32 variant;
+where a variant of ours rounds (TF32 or FP16: pyconv.variants.REDUCED_PRECISIONS), cuDNN is also timed in its two
+reduced modes, TF32 on (float32 tensors, tensor cores) and FP16 (half tensors, float32 accumulation), and a reduced
+variant is held to the faster of the two (CUDNN_MODES, reduced_yardstick): the strictest like-for-like comparison,
+whichever of TF32 and FP16 our variant rounds to.
+
 Timing: with `jobs` (a list), every measurement becomes a pyconv.bench.nvbench.Job that NVBench runs later
 (variants through pyconv._gpu.StagedConv, cuDNN through torch on NVBench's stream), and `finish_layer` fills the
 rates and the best once they have run. Without it (cuda-bench not installed), CUDA events time each launch at
@@ -11,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import verify
-from ..variants import Variant
+from ..variants import REDUCED_PRECISIONS, Variant
 from .nvbench import Job
 from .roofline import conv_bytes, conv_flops, floor_ms, rates
 from .sites import _dims
@@ -32,13 +38,22 @@ def torch_gpu():
     return torch
 
 
-def _cudnn_inputs(torch, site: dict, rng: np.random.Generator, inputs=None):
+# cuDNN's arithmetic per layer key: "cudnn" float32 with TF32 off (the course's yardstick, always measured);
+# "cudnn_tf32" float32 tensors with TF32 on (cuDNN's tensor-core float32 mode); "cudnn_fp16" half tensors (inputs
+# rounded to FP16 once, before timing; cuDNN accumulates in float32), the arithmetic of an FP16 variant of ours.
+CUDNN_MODES = {"cudnn": "fp32", "cudnn_tf32": "tf32", "cudnn_fp16": "fp16"}
+REDUCED_CUDNN = ("cudnn_tf32", "cudnn_fp16")
+
+
+def _cudnn_inputs(torch, site: dict, rng: np.random.Generator, inputs=None, mode: str = "fp32"):
     B, C, H, W, M, K = _dims(site)
     x, k = inputs if inputs is not None else (verify.random_nonzero(rng, (B, C, H, W)),
                                                verify.random_nonzero(rng, (M, C, K, K)))
-    if isinstance(x, torch.Tensor):  # already on the device (bench_gpu_layer_resident)
-        return x, k
-    return torch.from_numpy(x).cuda(), torch.from_numpy(k).cuda()
+    if not isinstance(x, torch.Tensor):  # else already on the device (bench_gpu_layer_resident)
+        x, k = torch.from_numpy(x).cuda(), torch.from_numpy(k).cuda()
+    if mode == "fp16":
+        x, k = x.half(), k.half()
+    return x, k
 
 
 def _cudnn_ops(torch, x, k):
@@ -47,21 +62,21 @@ def _cudnn_ops(torch, x, k):
             "conv_tanh_pool_ms": lambda: F.max_pool2d(torch.tanh(F.conv2d(x, k)), 2, 2)}
 
 
-def _cudnn_source(torch, tf32: bool = False) -> str:
-    return (f"torch {torch.__version__} conv2d, cuDNN {torch.backends.cudnn.version()}, cudnn.benchmark on, "
-            f"TF32 {'on' if tf32 else 'off'}")
+def _cudnn_source(torch, mode: str = "fp32") -> str:
+    how = {"fp32": "TF32 off", "tf32": "TF32 on", "fp16": "FP16 tensors (half x and k)"}[mode]
+    return f"torch {torch.__version__} conv2d, cuDNN {torch.backends.cudnn.version()}, cudnn.benchmark on, {how}"
 
 
-def cudnn_layer(torch, site: dict, rng: np.random.Generator, warmup: int, reps: int, *, tf32: bool = False,
+def cudnn_layer(torch, site: dict, rng: np.random.Generator, warmup: int, reps: int, *, mode: str = "fp32",
                 inputs: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
     """cuDNN on the layer's shape, CUDA events: conv2d (and conv2d + tanh + max_pool2d where they follow),
-    cudnn.benchmark on; TF32 off (true float32), or on with tf32=True (cuDNN's tensor-core float32 mode: what a
-    TF32 variant of ours compares with). inputs: the (x, k) to use, else fresh ones."""
-    x, k = _cudnn_inputs(torch, site, rng, inputs)
+    cudnn.benchmark on, in `mode` (CUDNN_MODES' values): "fp32" (TF32 off, true float32), "tf32" (TF32 on,
+    cuDNN's tensor-core float32 mode) or "fp16" (half tensors). inputs: the (x, k) to use, else fresh ones."""
+    x, k = _cudnn_inputs(torch, site, rng, inputs, mode)
     ops = _cudnn_ops(torch, x, k)
-    out = {"source": _cudnn_source(torch, tf32) + "; CUDA events"}
+    out = {"source": _cudnn_source(torch, mode) + "; CUDA events"}
     saved = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = mode == "tf32"
     try:
         with torch.inference_mode():
             out["conv_ms"] = stats(time_cuda_events(torch, ops["conv_ms"], warmup, reps))
@@ -72,16 +87,17 @@ def cudnn_layer(torch, site: dict, rng: np.random.Generator, warmup: int, reps: 
     return out
 
 
-def cudnn_jobs(torch, site: dict, rng: np.random.Generator, out: dict, prefix: str) -> list[Job]:
+def cudnn_jobs(torch, site: dict, rng: np.random.Generator, out: dict, prefix: str, mode: str = "fp32") -> list[Job]:
     """cuDNN's rows as NVBench jobs: torch launches its ops on NVBench's stream (torch.cuda.ExternalStream), so
     that cuDNN is measured exactly as the variants are. cudnn.benchmark's algorithm search runs (and is waited
-    for) before NVBench times anything."""
-    out["source"] = _cudnn_source(torch) + "; NVBench"
+    for) before NVBench times anything. mode: as cudnn_layer's (TF32 is switched on around each launch only)."""
+    out["source"] = _cudnn_source(torch, mode) + "; NVBench"
     seed = int(rng.integers(2**31))
+    tf32 = mode == "tf32"
 
     def job(key: str) -> Job:
         def setup(nvbench_stream: int):
-            x, k = _cudnn_inputs(torch, site, np.random.default_rng(seed))
+            x, k = _cudnn_inputs(torch, site, np.random.default_rng(seed), mode=mode)
             op = _cudnn_ops(torch, x, k)[key]
             streams: dict[int, object] = {}
 
@@ -89,8 +105,13 @@ def cudnn_jobs(torch, site: dict, rng: np.random.Generator, out: dict, prefix: s
                 s = streams.get(stream)
                 if s is None:
                     s = streams[stream] = torch.cuda.ExternalStream(stream)
-                with torch.inference_mode(), torch.cuda.stream(s):
-                    op()
+                saved = torch.backends.cudnn.allow_tf32
+                torch.backends.cudnn.allow_tf32 = tf32
+                try:
+                    with torch.inference_mode(), torch.cuda.stream(s):
+                        op()
+                finally:
+                    torch.backends.cudnn.allow_tf32 = saved
 
             # cudnn.benchmark's search (it synchronises) and the allocator's first cudaMalloc for this stream
             # happen here, waited for, never inside a launch NVBench holds behind its blocking kernel.
@@ -101,7 +122,7 @@ def cudnn_jobs(torch, site: dict, rng: np.random.Generator, out: dict, prefix: s
         def done(s: dict) -> None:
             out[key] = s
 
-        return Job(f"{prefix}/cudnn/{key[:-3]}", setup, done)
+        return Job(f"{prefix}/cudnn{'' if mode == 'fp32' else '-' + mode}/{key[:-3]}", setup, done)
 
     keys = ["conv_ms", *(["conv_tanh_pool_ms"] if site["tanh_pool_follows"] else [])]
     return [job(key) for key in keys]
@@ -120,14 +141,17 @@ def _row(v: Variant, fused_site: bool, shape) -> dict:
 
 def bench_gpu_layer(g, site: dict, variants: list[Variant], roof: dict | None, rng: np.random.Generator,
                     warmup: int, reps: int, torch=None, jobs: list[Job] | None = None, *, shared_inputs: bool = False,
-                    cudnn_tf32: bool = False) -> dict:
+                    cudnn_reduced: bool | None = None) -> dict:
     """Every variant on one layer: check, then time; plus cuDNN. Returns the layer's JSON entry (with `jobs`:
     complete once NVBench has run them and `finish_layer` has been called).
 
     roof: the roofline (None: no floor and no % of it). shared_inputs: one x and k for every variant and cuDNN,
     the reference computed once (a layer of gigabytes, where drawing inputs and the reference per variant would
-    take longer than timing them); otherwise fresh inputs per variant. cudnn_tf32: also cuDNN with TF32 on
-    ("cudnn_tf32"; CUDA events only)."""
+    take longer than timing them); otherwise fresh inputs per variant. cudnn_reduced: also cuDNN in its reduced
+    modes ("cudnn_tf32", "cudnn_fp16"; CUDNN_MODES); None: where one of `variants` rounds (reduced precision)."""
+    if cudnn_reduced is None:
+        cudnn_reduced = any(v.reduced_precision for v in variants)
+    modes = [k for k in CUDNN_MODES if k == "cudnn" or cudnn_reduced]
     B, C, H, W, M, K = _dims(site)
     fused_site = site["tanh_pool_follows"]
     flops = conv_flops(B, C, H, W, M, K)
@@ -181,21 +205,19 @@ def bench_gpu_layer(g, site: dict, variants: list[Variant], roof: dict | None, r
     layer["variants"] = rows
     references.clear()
     if torch is not None:
-        try:
-            if jobs is None:
-                for key, tf32 in (("cudnn", False), *((("cudnn_tf32", True),) if cudnn_tf32 else ())):
-                    layer[key] = cudnn_layer(torch, site, rng, warmup, reps, tf32=tf32, inputs=shared)
-                    torch.cuda.empty_cache()
-            else:
-                layer["cudnn"] = {}
-                jobs += cudnn_jobs(torch, site, rng, layer["cudnn"], prefix)
-        except RuntimeError as e:
-            layer["cudnn"] = {"error": f"{type(e).__name__}: {e}"}
-        torch.cuda.empty_cache()  # give the next variant's buffers back the memory cuDNN's run cached
+        for key in modes:
+            try:
+                if jobs is None:
+                    layer[key] = cudnn_layer(torch, site, rng, warmup, reps, mode=CUDNN_MODES[key], inputs=shared)
+                else:
+                    layer[key] = {}
+                    jobs += cudnn_jobs(torch, site, rng, layer[key], prefix, CUDNN_MODES[key])
+            except RuntimeError as e:
+                layer[key] = {"error": f"{type(e).__name__}: {e}"}
+            torch.cuda.empty_cache()  # give the next variant's buffers back the memory cuDNN's run cached
     else:
-        layer["cudnn"] = {"error": "PyTorch with CUDA is not installed: no cuDNN column"}
-        if cudnn_tf32:
-            layer["cudnn_tf32"] = dict(layer["cudnn"])
+        for key in modes:
+            layer[key] = {"error": "PyTorch with CUDA is not installed: no cuDNN column"}
     if jobs is None:
         finish_layer(layer)
     return layer
@@ -235,10 +257,11 @@ def _variant_job(g, job_name: str, name: str, x: np.ndarray, k: np.ndarray, tanh
 
 def finish_layer(layer: dict) -> None:
     """Rates and % of roofline per timed row, then the layer's best (summarise_layer)."""
-    cud = layer.get("cudnn", {})
-    for key in ("conv_ms", "conv_tanh_pool_ms"):
-        if "error" in cud.get(key, {}):
-            cud.setdefault("error", cud.pop(key)["error"])
+    for mode in CUDNN_MODES:
+        cud = layer.get(mode, {})
+        for key in ("conv_ms", "conv_tanh_pool_ms"):
+            if "error" in cud.get(key, {}):
+                cud.setdefault("error", cud.pop(key)["error"])
     for row in layer["variants"]:
         if "ms" not in row or "floor_ms" not in layer:  # no roofline (the sweep): no rates
             continue
@@ -251,40 +274,66 @@ def finish_layer(layer: dict) -> None:
     summarise_layer(layer)
 
 
+def reduced_yardstick(layer: dict, key: str) -> tuple[float | None, str]:
+    """(ms, mode): cuDNN's faster reduced-precision time for `key` ("conv_ms" / "conv_tanh_pool_ms") among the
+    modes measured ("tf32", "fp16"), else its float32 time and "fp32" (files from before the reduced modes were
+    measured beside every rounding variant, or a run that measured none)."""
+    have = [(layer[m][key]["median"], CUDNN_MODES[m]) for m in REDUCED_CUDNN
+            if (layer.get(m) or {}).get(key, {}).get("median")]
+    if have:
+        return min(have)
+    return (layer.get("cudnn") or {}).get(key, {}).get("median"), "fp32"
+
+
 def summarise_layer(layer: dict) -> None:
     """Fill x_cudnn per variant and the layer's best: the fastest passing plain conv, the fastest passing conv +
     tanh + pool (a fused variant's launch or a plain variant followed by the shared kernels), and `best` (the
-    smaller of the two: what the layer costs the network)."""
-    cud = layer.get("cudnn", {})
-    c_conv = cud.get("conv_ms", {}).get("median")
-    c_fused = cud.get("conv_tanh_pool_ms", {}).get("median")
+    smaller of the two: what the layer costs the network). A float32 variant's x_cudnn is against cuDNN FP32; a
+    reduced-precision one's against reduced_yardstick, and its row says which (`cudnn_mode`)."""
+
+    def yardstick(row: dict, key: str) -> tuple[float | None, str]:
+        if row.get("precision") in REDUCED_PRECISIONS:
+            return reduced_yardstick(layer, key)
+        return (layer.get("cudnn") or {}).get(key, {}).get("median"), "fp32"
+
     best_conv = best_fused = None
     for row in layer["variants"]:
         if "ms" not in row:
             continue
         ms = row["ms"]["median"]
+        c_conv, mode = yardstick(row, "conv_ms")
+        c_fused, fused_mode = yardstick(row, "conv_tanh_pool_ms")
+        if row["epilogue"] == "tanh-maxpool2":
+            c_conv, mode = c_fused, fused_mode
+        if c_conv and mode != "fp32":
+            row["cudnn_mode"] = mode
         if row["epilogue"] == "tanh-maxpool2":
             if c_fused:
                 row["x_cudnn"] = c_fused / ms
             if best_fused is None or ms < best_fused["ms"]:
-                best_fused = {"variant": row["variant"], "ms": ms, "tanh_pool": True}
+                best_fused = {"variant": row["variant"], "ms": ms, "tanh_pool": True, "_vs": (c_fused, fused_mode)}
         else:
             if c_conv:
                 row["x_cudnn"] = c_conv / ms
             if best_conv is None or ms < best_conv["ms"]:
-                best_conv = {"variant": row["variant"], "ms": ms, "tanh_pool": False}
+                best_conv = {"variant": row["variant"], "ms": ms, "tanh_pool": False, "_vs": (c_conv, mode)}
             if "tanh_pool_ms" in row:
                 tp = row["tanh_pool_ms"]["median"]
                 if c_fused:
                     row["tanh_pool_x_cudnn"] = c_fused / tp
                 if best_fused is None or tp < best_fused["ms"]:
-                    best_fused = {"variant": row["variant"] + " + tanh + pool", "ms": tp, "tanh_pool": True}
+                    best_fused = {"variant": row["variant"] + " + tanh + pool", "ms": tp, "tanh_pool": True,
+                                  "_vs": (c_fused, fused_mode)}
+    for best in (best_conv, best_fused):
+        if best is None:
+            continue
+        vs, vs_mode = best.pop("_vs")
+        if vs:
+            best["x_cudnn"] = vs / best["ms"]
+            if vs_mode != "fp32":
+                best["cudnn_mode"] = vs_mode
     layer["best_conv"] = best_conv
     layer["best_conv_tanh_pool"] = best_fused
-    if best_conv and c_conv:
-        best_conv["x_cudnn"] = c_conv / best_conv["ms"]
-    if best_fused and c_fused:
-        best_fused["x_cudnn"] = c_fused / best_fused["ms"]
     cands = [b for b in (best_conv, best_fused) if b]
     layer["best"] = dict(min(cands, key=lambda b: b["ms"])) if cands else None
 
@@ -303,13 +352,16 @@ def random_nonzero_device(torch, shape, seed: int, chunk_images: int = 512):
 
 
 def bench_gpu_layer_resident(g, site: dict, variants: list[Variant], rng: np.random.Generator, warmup: int,
-                             reps: int, torch, *, cudnn_tf32: bool = False) -> dict:
+                             reps: int, torch, *, cudnn_reduced: bool | None = None) -> dict:
     """bench_gpu_layer for layers of gigabytes (the sweep): one x and k drawn on the device and shared by every
     variant and cuDNN, each variant launched on them in place (pyconv._gpu.launch_on_device), so nothing crosses
     the PCIe bus but the checked images. The check is the layer bench's: y poisoned with NaN, then the first and
     last verify.CHECK_IMAGES images against the reference (only those images are copied back). Timing: CUDA
     events, median of `reps` after `warmup`. Variants that read x from host memory are not run here. Returns the
-    same JSON entry as bench_gpu_layer (without the roofline)."""
+    same JSON entry as bench_gpu_layer (without the roofline). cudnn_reduced: as bench_gpu_layer's (cuDNN FP16 runs
+    on a half copy of the same x and k)."""
+    if cudnn_reduced is None:
+        cudnn_reduced = any(v.reduced_precision for v in variants)
     B, C, H, W, M, K = _dims(site)
     fused_site = site["tanh_pool_follows"]
     Ho, Wo = H - K + 1, W - K + 1
@@ -365,9 +417,9 @@ def bench_gpu_layer_resident(g, site: dict, variants: list[Variant], rng: np.ran
     layer["variants"] = rows
     y = tmp = None  # the outputs' memory goes back before cuDNN runs (the launchers are not called again)
     torch.cuda.empty_cache()
-    for key, tf32 in (("cudnn", False), *((("cudnn_tf32", True),) if cudnn_tf32 else ())):
+    for key in (m for m in CUDNN_MODES if m == "cudnn" or cudnn_reduced):
         try:
-            layer[key] = cudnn_layer(torch, site, rng, warmup, reps, tf32=tf32, inputs=(x, k))
+            layer[key] = cudnn_layer(torch, site, rng, warmup, reps, mode=CUDNN_MODES[key], inputs=(x, k))
         except RuntimeError as e:
             layer[key] = {"error": f"{type(e).__name__}: {e}"}
         torch.cuda.empty_cache()

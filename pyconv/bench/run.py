@@ -28,7 +28,9 @@ What is measured, and how:
   % of roofline = floor / time * 100.
 - cuDNN: torch.nn.functional.conv2d on the same shapes and the same kind of inputs, cudnn.benchmark on, TF32 off
   (cuDNN and matmul), CUDA events, median of `reps` after `warmup`; for layers followed by tanh + pool also
-  conv2d + tanh + max_pool2d. x cuDNN = cuDNN ms / our ms (> 1: we are faster).
+  conv2d + tanh + max_pool2d. x cuDNN = cuDNN ms / our ms (> 1: we are faster). Where a variant rounds (TF32 or
+  FP16), cuDNN is also timed with TF32 on and on half tensors, and that variant's x cuDNN is against the faster of
+  the two (pyconv.bench.gpu_layers.reduced_yardstick): a reduced variant is never held to cuDNN FP32 only.
 - CPU: each pyconv._cpu variant with a preallocated output, time.perf_counter around the call, median of `reps`
   (default 5) after one warm-up; PyTorch CPU conv2d with torch.set_num_threads(the OpenMP thread count).
 - End to end: the GPU engine with the final milestone's plan, on the first `batch` test images
@@ -37,8 +39,9 @@ What is measured, and how:
   network, the labels back, host clock around the call, which returns after a device sync); the same three for
   the PyTorch network built from the same model (pyconv.engines.framework.build_net). Peak device memory per model.
 
-- Sweep (--sweep): our best correct variant against cuDNN FP32 and TF32 over drawn layer shapes, without and with
-  tanh + max-pool 2/2 after (pyconv.bench.sweep), with its own warm-up and repetitions unless given.
+- Sweep (--sweep): our best correct variant against cuDNN FP32, and against cuDNN's faster of TF32 and FP16 with
+  reduced precision allowed, over drawn layer shapes, without and with tanh + max-pool 2/2 after
+  (pyconv.bench.sweep), with its own warm-up and repetitions unless given.
 
 Where each part lives: timing (how times are taken and summarised), roofline (flops, bytes, the floor),
 sites (the layers), gpu_layers, cpu_layers, end_to_end, sweep, goals, tags (commit, date, host; where the JSON goes),

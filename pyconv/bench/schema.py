@@ -11,7 +11,7 @@ The layout (every time in milliseconds unless the key says seconds):
   EndToEnd:    one model through the whole network: pyconv's final configuration (Measured), PyTorch's, the
                precision verdict (model_digest, reduced_precision_ok) and the multi-GPU scaling
   Sweep:       `invoke bench --sweep`: drawn layer shapes, one SweepRow per shape without and with tanh +
-               max-pool 2/2 (every variant's time or why none, the best, cuDNN FP32 and TF32, the ratios), and
+               max-pool 2/2 (every variant's time or why none, the best, cuDNN FP32, TF32 and FP16, the ratios), and
                one SweepSummary per comparison (worst and geometric mean of cuDNN ms / our ms)"""
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class VariantRow(Record):
     step: int | None = None
     summary: str = ""
     epilogue: str = "none"
-    precision: str | None = None  # fp32 or tf32 (files before it was recorded: None)
+    precision: str | None = None  # fp32, tf32 or fp16 (files before it was recorded: None)
     x_on_host: bool = False
     check: Check | None = field(default=None, metadata=_conv(Check.from_dict))
     ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
@@ -115,6 +115,9 @@ class VariantRow(Record):
     tanh_pool_pct_roofline: float | None = None
     x_cudnn: float | None = None
     tanh_pool_x_cudnn: float | None = None
+    # the cuDNN mode x_cudnn is against where it is not float32: "tf32" or "fp16", the faster of cuDNN's reduced
+    # modes, for a variant that rounds (pyconv.bench.gpu_layers.reduced_yardstick); None: cuDNN FP32
+    cudnn_mode: str | None = None
     skipped: str | None = None
     error: str | None = None
 
@@ -142,6 +145,7 @@ class Best(Record):
     ms: float
     tanh_pool: bool = False
     x_cudnn: float | None = None
+    cudnn_mode: str | None = None  # x_cudnn against cuDNN "tf32" or "fp16" (a variant that rounds); None: FP32
     u8: bool = False  # the time is of the uint8 path (LayerResult.best_as_run; the bench's `best` never is)
 
 
@@ -173,6 +177,7 @@ class LayerResult(Record):
     variants: list[VariantRow] = field(default_factory=list, metadata=_conv(_list_of(VariantRow)))
     cudnn: Cudnn = field(default_factory=Cudnn, metadata=_conv(Cudnn.from_dict))
     cudnn_tf32: Cudnn | None = field(default=None, metadata=_conv(Cudnn.from_dict))  # where measured
+    cudnn_fp16: Cudnn | None = field(default=None, metadata=_conv(Cudnn.from_dict))  # where measured (newer files)
     best_conv: Best | None = field(default=None, metadata=_conv(Best.from_dict))
     best_conv_tanh_pool: Best | None = field(default=None, metadata=_conv(Best.from_dict))
     best: Best | None = field(default=None, metadata=_conv(Best.from_dict))
@@ -346,18 +351,22 @@ class SweepRow(Record):
     K: int
     tanh_pool: bool
     variants: list[SweepVariant] = field(default_factory=list, metadata=_conv(_list_of(SweepVariant)))
-    best: SweepBest | None = field(default=None, metadata=_conv(SweepBest.from_dict))  # of all, TF32 included
+    best: SweepBest | None = field(default=None, metadata=_conv(SweepBest.from_dict))  # of all, reduced included
     best_fp32: SweepBest | None = field(default=None, metadata=_conv(SweepBest.from_dict))
     cudnn_fp32_ms: float | None = None
     cudnn_tf32_ms: float | None = None
+    cudnn_fp16_ms: float | None = None  # files before cuDNN FP16 was measured: None
     x_cudnn_fp32: float | None = None  # cuDNN FP32 ms / best_fp32 ms
-    x_cudnn_tf32: float | None = None  # cuDNN TF32 ms / best ms
+    # the reduced comparison (the key keeps its first name): cuDNN's faster reduced mode / best ms, that mode in
+    # x_cudnn_reduced_mode ("tf32" or "fp16"; None in files before cuDNN FP16 was measured: TF32)
+    x_cudnn_tf32: float | None = None
+    x_cudnn_reduced_mode: str | None = None
     cudnn_error: str | None = None
 
 
 @dataclass(frozen=True)
 class SweepSummary(Record):
-    comparison: str  # "fp32" or "tf32"
+    comparison: str  # "fp32", or "tf32": the reduced comparison (against cuDNN's faster of TF32 and FP16)
     title: str
     rows: int  # rows with both times
     missing: int  # rows without one of them

@@ -3,13 +3,17 @@
 SHAPES shapes are drawn with a fixed seed (C in 1..32, M in 4..64, K in 3/5/7, H = W in 12..96; valid conv,
 stride 1, H - K + 1 >= 2 so that max-pool 2/2 has a window). Each shape is measured once by the layer bench
 (pyconv.bench.gpu_layers.bench_gpu_layer, as a layer followed by tanh + max-pool 2/2, one x and k shared by every
-variant): every variant that takes it is checked against the reference, then timed; cuDNN is timed with TF32 off
-and on in the same run. That gives each shape two rows:
+variant): every variant that takes it is checked against the reference, then timed; cuDNN is timed in float32
+with TF32 off, with TF32 on, and in FP16 (half tensors) in the same run. That gives each shape two rows:
 - conv alone: the plain variants' launches against conv2d;
 - conv + tanh + max-pool 2/2: a fusing variant's launch, or a plain variant followed by the shared tanh and
   pooling kernels, against conv2d + tanh + max_pool2d.
 Precision is compared like for like: the best variant that computes in float32 against cuDNN FP32, and the best
-of all (a TF32 variant of ours included) against cuDNN TF32. x cuDNN = cuDNN ms / our ms (> 1: we are faster);
+of all (a reduced-precision variant of ours, TF32 or FP16, included) against the faster of cuDNN TF32 and cuDNN
+FP16, whichever our best rounds to: a TF32 variant is never let off with cuDNN's slower reduced mode, and an FP16
+one never compared with cuDNN TF32 only. The JSON keeps the reduced comparison's first names (cudnn_tf32_ms beside
+cudnn_fp16_ms, x_cudnn_tf32 with the mode it was against in x_cudnn_reduced_mode; files from before cuDNN FP16 was
+measured hold TF32 only). x cuDNN = cuDNN ms / our ms (> 1: we are faster);
 the summary gives the worst row and the geometric mean per comparison, and pyconv.bench.goals holds them to the
 goals."""
 
@@ -31,7 +35,8 @@ RANGES = {"C": (1, 32), "M": (4, 64), "K": (3, 5, 7), "HW": (12, 96)}
 # in minutes; the median of 5 after 2 warm-ups is what a ratio to cuDNN needs.
 WARMUP = 2
 REPS = 5
-COMPARISONS = {"fp32": "best float32 variant x cuDNN FP32", "tf32": "best variant (TF32 allowed) x cuDNN TF32"}
+COMPARISONS = {"fp32": "best float32 variant x cuDNN FP32",
+               "tf32": "best variant (reduced precision allowed) x cuDNN's faster of TF32 and FP16"}
 
 
 def draw_shapes(n: int = SHAPES, seed: int = SEED) -> list[tuple[int, int, int, int, int]]:
@@ -88,7 +93,7 @@ def _best(entries: list[dict], fp32_only: bool) -> dict | None:
 
 
 def rows_of(layer: dict, precisions: dict[str, str]) -> list[dict]:
-    """A measured shape's two rows (conv alone; conv + tanh + pool). precisions: variant name -> 'fp32'/'tf32'."""
+    """A measured shape's two rows (conv alone; conv + tanh + pool). precisions: variant name -> its precision."""
     out = []
     for pooled in (False, True):
         key = "conv_tanh_pool_ms" if pooled else "conv_ms"
@@ -96,14 +101,17 @@ def rows_of(layer: dict, precisions: dict[str, str]) -> list[dict]:
         row = {"shape": layer["layer"], **{d: layer[d] for d in ("B", "C", "H", "W", "M", "K")}, "tanh_pool": pooled,
                "variants": entries, "best": _best(entries, False), "best_fp32": _best(entries, True),
                "cudnn_fp32_ms": _median(layer.get("cudnn", {}).get(key)),
-               "cudnn_tf32_ms": _median(layer.get("cudnn_tf32", {}).get(key))}
-        errors = [layer[c]["error"] for c in ("cudnn", "cudnn_tf32") if layer.get(c, {}).get("error")]
+               "cudnn_tf32_ms": _median(layer.get("cudnn_tf32", {}).get(key)),
+               "cudnn_fp16_ms": _median(layer.get("cudnn_fp16", {}).get(key))}
+        errors = [layer[c]["error"] for c in gpu_layers.CUDNN_MODES if layer.get(c, {}).get("error")]
         if errors:
             row["cudnn_error"] = "; ".join(dict.fromkeys(errors))
         if row["best_fp32"] and row["cudnn_fp32_ms"]:
             row["x_cudnn_fp32"] = row["cudnn_fp32_ms"] / row["best_fp32"]["ms"]
-        if row["best"] and row["cudnn_tf32_ms"]:
-            row["x_cudnn_tf32"] = row["cudnn_tf32_ms"] / row["best"]["ms"]
+        reduced = [(row[f"cudnn_{m}_ms"], m) for m in ("tf32", "fp16") if row[f"cudnn_{m}_ms"]]
+        if row["best"] and reduced:
+            ms, mode = min(reduced)
+            row["x_cudnn_tf32"], row["x_cudnn_reduced_mode"] = ms / row["best"]["ms"], mode
         out.append(row)
     return out
 
@@ -143,11 +151,12 @@ def run_sweep(g, chosen: list[Variant], roof: dict | None, batch: int, warmup: i
         echo(f"sweep {i + 1}/{len(todo)}: C={site['C']} {site['H']}x{site['W']} M={site['M']} K={site['K']} "
              f"at batch {batch} ({elapsed:.0f} s{eta})")
         if torch is not None and hasattr(g, "launch_on_device"):  # inputs drawn and kept on the device
-            layer = gpu_layers.bench_gpu_layer_resident(g, site, chosen, rng, warmup, reps, torch, cudnn_tf32=True)
+            layer = gpu_layers.bench_gpu_layer_resident(g, site, chosen, rng, warmup, reps, torch,
+                                                        cudnn_reduced=True)
         else:
             layer = gpu_layers.bench_gpu_layer(g, site, chosen, roof, rng, warmup, reps, torch, shared_inputs=True,
-                                               cudnn_tf32=True)
-        sources = sources or "; ".join(layer[c]["source"] for c in ("cudnn", "cudnn_tf32")
+                                               cudnn_reduced=True)
+        sources = sources or "; ".join(layer[c]["source"] for c in gpu_layers.CUDNN_MODES
                                        if layer.get(c, {}).get("source"))
         rows += rows_of(layer, precisions)
     resident = torch is not None and hasattr(g, "launch_on_device")

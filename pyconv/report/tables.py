@@ -199,9 +199,10 @@ def layer_table(layer: LayerResult) -> Table:
     for r in layer.variants:
         row = [r.variant + (" (conv+tanh+pool)" if r.pools else "") + (" (x from host)" if r.x_on_host else ""),
                str(r.step), _ms(r.ms), _ms(r.ms, "min"), _ms(r.ms, "p90"), _ms(r.ms, "noise_pct", 2),
-               _ms(r.ms, "warm_ms"), num(r.gflops), num(r.gbps), num(r.pct_roofline, 2), num(r.x_cudnn, 2)]
+               _ms(r.ms, "warm_ms"), num(r.gflops), num(r.gbps), num(r.pct_roofline, 2),
+               _against(num(r.x_cudnn, 2), r.cudnn_mode)]
         if fused_site:
-            row += [_ms(r.tanh_pool_ms), num(r.tanh_pool_x_cudnn, 2)]
+            row += [_ms(r.tanh_pool_ms), _against(num(r.tanh_pool_x_cudnn, 2), r.cudnn_mode)]
         row.append(_check(r))
         t.rows.append(row)
     cud = layer.cudnn
@@ -218,6 +219,21 @@ def layer_table(layer: LayerResult) -> Table:
         t.notes.append(cud.source)
     elif cud.error is not None:
         t.notes.append("cuDNN: " + cud.error)
+    for mode, reduced in (("TF32", layer.cudnn_tf32), ("FP16", layer.cudnn_fp16)):  # where a variant rounds
+        if reduced is not None and reduced.conv_ms is not None:
+            c = reduced.conv_ms
+            row = [f"cuDNN conv2d {mode}", "-", _ms(c), _ms(c, "min"), _ms(c, "p90"), _ms(c, "noise_pct", 2),
+                   _ms(c, "warm_ms"), num(layer.flops / (c.median * 1e6)), "-", "-", "-"]
+            if fused_site:
+                row += [_ms(reduced.conv_tanh_pool_ms), "-"]
+            row.append(f"yardstick of the {mode}/reduced rows")
+            t.rows.append(row)
+            t.notes.append(reduced.source)
+        elif reduced is not None and reduced.error is not None:
+            t.notes.append(f"cuDNN {mode}: {reduced.error}")
+    if any(r.cudnn_mode for r in layer.variants):
+        t.notes.append("x cuDNN: a float32 variant against cuDNN FP32; one that rounds (TF32 or FP16) against the "
+                       "faster of cuDNN TF32 and FP16, named beside its ratio")
     floor = f"roofline floor {num(layer.floor_ms)} ms"
     if fused_site:
         floor += f" (conv + tanh + pool, pooled output: {num(layer.floor_tanh_pool_ms)} ms)"
@@ -232,6 +248,11 @@ def layer_table(layer: LayerResult) -> Table:
     return t
 
 
+def _against(cell: str, mode: str | None) -> str:
+    """A ratio to cuDNN, with the reduced cuDNN mode it is against where it is not cuDNN FP32."""
+    return f"{cell} (vs {mode.upper()})" if mode and cell != "-" else cell
+
+
 def gpu_summary_table(result: BenchResult) -> Table:
     t = Table("Best per layer (GPU)", ["model", "layer", "best variant", "ms", "floor ms", "% roofline",
                                        "cuDNN ms", "x cuDNN"])
@@ -242,10 +263,11 @@ def gpu_summary_table(result: BenchResult) -> Table:
             continue
         fused = bool(b.tanh_pool)
         floor = layer.floor_tanh_pool_ms if fused else layer.floor_ms
-        cud = layer.cudnn.conv_tanh_pool_ms if fused else layer.cudnn.conv_ms
+        yard = {"tf32": layer.cudnn_tf32, "fp16": layer.cudnn_fp16}.get(b.cudnn_mode or "") or layer.cudnn
+        cud = yard.conv_tanh_pool_ms if fused else yard.conv_ms
         label = b.variant + (" (conv+tanh+pool)" if fused and not b.variant.endswith("+ pool") else "")
         t.rows.append([layer.model, layer.layer, label,
-                       num(b.ms), num(floor), num(floor / b.ms * 100, 2), _ms(cud),
+                       num(b.ms), num(floor), num(floor / b.ms * 100, 2), _against(_ms(cud), b.cudnn_mode),
                        num(b.x_cudnn, 2)])
         run = layer.best_as_run
         if run is not None and run.u8:  # the rows compare float32 input with cuDNN's; the network feeds uint8
@@ -285,7 +307,7 @@ def end_to_end_table(result: BenchResult) -> Table:
         if e.pyconv_reduced is not None:
             r = e.pyconv_reduced
             whos.append((f"rejected: pyconv {','.join(r.impls)}, FC {r.fc_math}", r))
-            t.notes.append(f"{e.model}: the TF32 configuration changed {r.differ_vs_pytorch} label(s) "
+            t.notes.append(f"{e.model}: the reduced-precision configuration changed {r.differ_vs_pytorch} label(s) "
                            "against PyTorch's float32 network, so final runs in float32")
         theirs = [("PyTorch" + (" eager-fp32" if e.yardsticks else ""), e.pytorch)]
         theirs += [(f"PyTorch {y.name} ({y.mode})", y) for y in e.yardsticks]
@@ -346,17 +368,23 @@ def multi_gpu_table(result: BenchResult) -> Table:
 
 def sweep_table(result: BenchResult) -> Table:
     sw = result.sweep
+    # files from before cuDNN FP16 was measured compare the best of all with cuDNN TF32 only, and read as they did
+    fp16 = any(r.cudnn_fp16_ms is not None for r in sw.rows)
+    reduced = (["best (reduced precision allowed)", "ms", "cuDNN TF32 ms", "cuDNN FP16 ms", "x cuDNN reduced"] if fp16
+               else ["best (TF32 allowed)", "ms", "cuDNN TF32 ms", "x TF32"])
     t = Table(f"Sweep: {len({r.shape for r in sw.rows})} drawn layer shapes, batch {sw.batch} (seed {sw.seed}), "
               "without and with tanh + max-pool 2/2",
-              ["shape", "+tanh+pool", "best float32", "ms", "cuDNN FP32 ms", "x FP32", "best (TF32 allowed)", "ms",
-               "cuDNN TF32 ms", "x TF32", "failed / error"])
+              ["shape", "+tanh+pool", "best float32", "ms", "cuDNN FP32 ms", "x FP32", *reduced, "failed / error"])
     for r in sw.rows:
         bad = [v.variant for v in r.variants if v.failed or v.error]
+        cells = [r.best.variant if r.best else "none passed", num(r.best and r.best.ms), num(r.cudnn_tf32_ms)]
+        if fp16:
+            cells += [num(r.cudnn_fp16_ms), _against(num(r.x_cudnn_tf32, 2), r.x_cudnn_reduced_mode)]
+        else:
+            cells.append(num(r.x_cudnn_tf32, 2))
         t.rows.append([f"{r.shape} C={r.C} {r.H}x{r.W} M={r.M} K={r.K}", "yes" if r.tanh_pool else "no",
                        r.best_fp32.variant if r.best_fp32 else "none passed", num(r.best_fp32 and r.best_fp32.ms),
-                       num(r.cudnn_fp32_ms), num(r.x_cudnn_fp32, 2), r.best.variant if r.best else "none passed",
-                       num(r.best and r.best.ms), num(r.cudnn_tf32_ms), num(r.x_cudnn_tf32, 2),
-                       ", ".join(bad) or "-"])
+                       num(r.cudnn_fp32_ms), num(r.x_cudnn_fp32, 2), *cells, ", ".join(bad) or "-"])
     t.notes += [sw.cudnn_source, f"warm-up {sw.warmup}, median of {sw.reps}; every variant's time (or why none) "
                 "is in the JSON's sweep rows" + (f"; {sw.seconds:g} s in all" if sw.seconds is not None else "")]
     t.notes += [f"cuDNN: {e}" for e in dict.fromkeys(r.cudnn_error for r in sw.rows if r.cudnn_error)]

@@ -46,7 +46,7 @@ struct GpuConvVariant {
   Epilogue epilogue = Epilogue::None;
   Precision precision = Precision::Fp32;
   // Relative tolerance the tests hold this variant to; 0 means kDefaultRtol. Only variants that round on purpose
-  // (TF32 tensor cores) set it, and say why in their file.
+  // (one TF32 or FP16 tensor-core pass) set it, and say why in their file.
   double rtol = 0.0;
   bool x_on_host = false;  // x is pinned host memory; the variant overlaps its own copies with compute
   ConvLaunchFn launch = nullptr;
