@@ -464,6 +464,14 @@ def test_gpu_layers_small_batch(tmp_path):
                 assert r["ms"]["median"] > 0 and 0 < r["pct_roofline"]
         assert layer["best"] is not None
     assert {r["variant"] for r in result["layers"][0]["variants"]} == set(benched)
+    if gpu_layers.torch_gpu() is not None and any(v.reduced_precision for v in GPU_VARIANTS if v.name in benched):
+        # a variant that rounds: cuDNN timed in TF32 and FP16 too, and that variant held to the faster of them
+        for layer in result["layers"]:
+            for mode in gpu_layers.REDUCED_CUDNN:
+                assert layer[mode]["conv_ms"]["median"] > 0 and "FP16" in layer["cudnn_fp16"]["source"], layer[mode]
+            for r in layer["variants"]:
+                if "x_cudnn" in r and r["precision"] in variants.REDUCED_PRECISIONS:
+                    assert r["cudnn_mode"] in ("tf32", "fp16"), r
     fused = [r for r in result["layers"][0]["variants"] if r["epilogue"] == "tanh-maxpool2"]
     assert all("ms" in r for r in fused)
     assert fused or not any(v.pools for v in GPU_VARIANTS if v.name in benched)

@@ -1,6 +1,6 @@
 """The evidence file per GPU (pyconv.evidence, written by pyconv.bench.evidence): which variant was fastest per
-layer shape and whether TF32 kept every label of a model, merged run by run; the committed H200 file is exactly
-what the committed bench results give."""
+layer shape and whether reduced precision (TF32, FP16) kept every label of a model, merged run by run; the
+committed H200 file is exactly what the committed bench results give."""
 
 from __future__ import annotations
 
@@ -114,6 +114,27 @@ def test_a_verdict_records_the_variants_its_candidate_ran(tmp_path):
     (tmp_path / "g.json").write_text(json.dumps(doc))
     with pytest.raises(PyconvError, match="malformed.*list of variant names"):
         evidence.load(tmp_path / "g.json")
+
+
+def test_an_fp16_verdict_comes_from_the_bench_that_ran_an_fp16_variant(tmp_path):
+    """The end-to-end bench's reduced candidate ran an FP16 variant and kept every label: the verdict it leaves in the
+    evidence file lets final pick FP16; the same bench with TF32 variants only leaves FP16 out."""
+    from pyconv import plan
+    from pyconv.variants import Role, Variant
+
+    def v(name, step, precision):
+        return Variant(name, step, "s", "gpu", precision=precision, roles={"final": Role("candidate")})
+
+    vs = [v("exact", 0, "fp32"), v("tf", 1, "tf32"), v("half", 2, "fp16")]
+    site = plan.ConvSite(0, "conv2", 100, 6, 22, 22, 16, 5, False)
+    layer = dict(CONV2, variants=[row("half", 0.1), row("tf", 0.2), row("exact", 0.4)])
+    for ran, want, why in ((["half"], "half", "reduced precision (TF32 and FP16) allowed"),
+                           (["tf"], "tf", "reduced precision (TF32) allowed: no label differs from PyTorch's (bench "
+                                          "of 2000-01-01); not FP16: that bench ran no FP16 variant")):
+        ev = build.merge(None, run("2000-01-01", layers=[layer], e2e=[verdict("d", True, impls=ran)]), "a.json")
+        ev = evidence.load(evidence.save(ev, tmp_path / "g.json"))  # through the file
+        p = plan.plan("final", [site], vs, ev, model_digest="d")
+        assert p.impls == [want] and p.fc_math == "tf32" and p.precision.startswith(why), p.precision
 
 
 def test_file_round_trip_and_lookup_per_gpu(tmp_path):

@@ -487,7 +487,7 @@ def test_several_gpus_give_the_one_gpu_labels_in_order():
 @requires_gpu
 @pytest.mark.gpu
 @needs_m3_pick
-def test_final_runs_float32_unless_a_bench_of_these_weights_allowed_tf32(tmp_path, monkeypatch):
+def test_final_runs_float32_unless_a_bench_of_these_weights_allowed_reduced_precision(tmp_path, monkeypatch):
     from pyconv import evidence
     from pyconv.core import paths
     from pyconv.tools.milestones import make_plan
@@ -495,15 +495,19 @@ def test_final_runs_float32_unless_a_bench_of_these_weights_allowed_tf32(tmp_pat
     model = random_model(np.random.default_rng(SEED + 11))
     monkeypatch.setattr(paths, "EVIDENCE", tmp_path)  # no evidence file for any GPU: final measures its layers
     p = make_plan("final", model, 100, echo=lambda _s: None)
-    tf32 = {v["name"] for v in gpu().variants() if v["precision"] == "tf32"}
-    assert p.fc_math == "fp32" and not set(p.impls) & tf32 and "float32" in p.precision
+    reduced = {v["name"] for v in gpu().variants() if v["precision"] in ("tf32", "fp16")}
+    assert p.fc_math == "fp32" and not set(p.impls) & reduced and "float32" in p.precision
     assert all(c.why.startswith("measured now on this GPU in float32: ") for c in p.layers), p.lines()
     name = gpu().device_info()["name"]
     ev = evidence.Evidence(gpu=name, verdicts={model.digest(): evidence.Verdict(
         model.name, model.digest(), True, "2000-01-01", "bench-e2e-x.json")})
     evidence.save(ev, evidence.path_for(name))
     p = make_plan("final", model, 100, echo=lambda _s: None)
-    assert p.fc_math == "tf32" and p.precision.startswith("TF32 allowed") and "2000-01-01" in p.precision
+    # a verdict that does not record its variants allows TF32, not FP16 (it predates FP16 variants)
+    assert p.fc_math == "tf32" and p.precision.startswith("reduced precision (TF32) allowed")
+    assert "2000-01-01" in p.precision
+    fp16 = {v["name"] for v in gpu().variants() if v["precision"] == "fp16"}
+    assert not set(p.impls) & fp16
     ev.verdicts[model.digest()] = evidence.Verdict(model.name, model.digest(), False, "2000-01-02", "x.json")
     evidence.save(ev, evidence.path_for(name))
     assert make_plan("final", model, 100, echo=lambda _s: None).fc_math == "fp32"

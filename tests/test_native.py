@@ -108,3 +108,44 @@ def test_no_gpu_is_its_own_error(monkeypatch):
     with pytest.raises(native.NotBuilt, match="pyconv._gpu is not built"):
         native.gpu(device=False)
     assert native.optional("_gpu") is None
+
+
+PRECISION_NAMES = r"""
+#include "common/variant.hpp"
+#include <cstdio>
+using pyconv::Precision;
+int main() {
+  for (Precision p : {Precision::Fp32, Precision::Tf32, Precision::Tf32x3, Precision::F16x3, Precision::F16})
+    std::printf("%s\n", pyconv::precision_name(p));
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++")
+def test_each_precision_reports_a_name_python_knows(tmp_path):
+    """The descriptor's precision as the bindings report it: the split variants count as float32, one TF32 or FP16
+    pass is reduced precision (pyconv.variants)."""
+    from pyconv import variants
+
+    src = tmp_path / "names.cpp"
+    src.write_text(PRECISION_NAMES)
+    exe = tmp_path / "names"
+    subprocess.run(["g++", "-std=c++17", "-I", str(ROOT / "native"), str(src), "-o", str(exe)], check=True,
+                   timeout=120)
+    names = subprocess.run([str(exe)], capture_output=True, text=True, check=True, timeout=30).stdout.split()
+    assert names == ["fp32", "tf32", "fp32", "fp32", "fp16"]
+    assert set(names) == set(variants.PRECISIONS)
+    assert [n for n in names if n in variants.REDUCED_PRECISIONS] == ["tf32", "fp16"]
+
+
+def test_a_descriptor_says_fp16_and_is_reduced_precision():
+    from pyconv import variants
+    from pyconv.core.errors import PyconvError
+
+    d = {"name": "gpu-half", "step": 23, "summary": "s", "device": "gpu", "epilogue": "none", "precision": "fp16",
+         "rtol": 2e-3, "roles": {"final": {"role": "candidate", "reason": ""}}}
+    v = variants.from_dict(d)
+    assert v.precision == "fp16" and v.reduced_precision and v.rtol == 2e-3
+    assert not variants.from_dict(dict(d, precision="fp32")).reduced_precision
+    with pytest.raises(PyconvError, match="variant 'gpu-half': precision 'fp8' is none of fp32, tf32, fp16"):
+        variants.from_dict(dict(d, precision="fp8"))

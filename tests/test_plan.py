@@ -205,6 +205,50 @@ def test_final_takes_the_fastest_measured_variant_it_may_choose():
     assert plan.plan("final", SITES, ladder(), e, model_digest="d", precision="reduced").impls == ["fused", "tf32"]
 
 
+def test_an_fp16_variant_is_reduced_precision_allowed_only_by_a_verdict_that_ran_fp16():
+    """One FP16 pass rounds like TF32 (and overflows beyond 65504): never in a float32 plan; a verdict that kept
+    every label allows it only where its bench ran an FP16 variant (files that do not record their variants predate
+    FP16 variants: TF32 only); the end-to-end bench's forced reduced plan takes it, so that its verdict checks it."""
+    half = V("half", 7, precision="fp16")
+    vs = [*ladder(), half]
+    assert half.reduced_precision and not V("x", 9).reduced_precision
+    e = ev(conv2=[("half", 0.05), ("tf32", 0.1), ("direct", 0.6)])
+    # no verdict: float32 only
+    p = plan.plan("final", SITES, vs, e, model_digest="d")
+    assert p.impls == ["fused", "direct"] and p.fc_math == "fp32"
+    assert p.precision == "float32: no end-to-end bench of these weights on this GPU has checked reduced precision"
+    assert "measured on this shape in float32 among" in p.layers[1].why
+    assert p.layers[1].why.endswith("faster: half rounds to FP16")
+    # a verdict whose bench ran TF32 only: TF32 allowed, FP16 left out and the line says why
+    e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e.json", 0, ("fused", "tf32"))
+    p = plan.plan("final", SITES, vs, e, model_digest="d")
+    assert p.impls == ["fused", "tf32"] and p.fc_math == "tf32"
+    assert p.precision == ("reduced precision (TF32) allowed: no label differs from PyTorch's (bench of 2000-01-02); "
+                           "not FP16: that bench ran no FP16 variant (`invoke bench --end-to-end` checks final's "
+                           "fastest reduced plan)")
+    assert "measured on this shape in float32 or TF32 among" in p.layers[1].why
+    assert p.layers[1].why.endswith("faster: half rounds to FP16")
+    e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e.json")  # variants not recorded: the same
+    assert plan.plan("final", SITES, vs, e, model_digest="d").impls == ["fused", "tf32"]
+    # the end-to-end bench measures final's reduced plan: FP16 where it is fastest
+    assert plan.plan("final", SITES, vs, e, model_digest="d", precision="reduced").impls == ["fused", "half"]
+    assert plan.plan("final", SITES, vs, e, model_digest="d", precision="fp32").impls == ["fused", "direct"]
+    # its verdict, having run half, allows FP16 (and TF32, with which the fully connected layers ran)
+    e.verdicts["d"] = Verdict("m", "d", True, "2000-01-03", "bench-e2e.json", 0, ("fused", "half"))
+    p = plan.plan("final", SITES, vs, e, model_digest="d")
+    assert p.impls == ["fused", "half"] and p.fc_math == "tf32"
+    assert p.precision == "reduced precision (TF32 and FP16) allowed: no label differs from PyTorch's (bench of " \
+                          "2000-01-03)"
+    assert "measured on this shape among" in p.layers[1].why and "faster" not in p.layers[1].why
+    # ... and a verdict against it leaves every reduced variant out
+    e.verdicts["d"] = Verdict("m", "d", False, "2000-01-03", "bench-e2e.json", 2, ("fused", "half"))
+    p = plan.plan("final", SITES, vs, e, model_digest="d")
+    assert p.impls == ["fused", "direct"] and p.fc_math == "fp32"
+    assert p.precision == "float32: reduced precision changed labels in the end-to-end bench"
+    assert plan.verdict_precisions(("fused", "half"), vs) == {"tf32", "fp16"}
+    assert plan.verdict_precisions(None, vs) == {"tf32"}
+
+
 def test_final_skips_a_measured_winner_that_cannot_take_the_layer():
     e = ev(wide=[("direct", 1.0), ("tiled", 2.0)])
     p = plan.plan("final", [SITES[0], WIDE], ladder(), e)

@@ -206,7 +206,7 @@ def test_a_whole_network_cell_is_the_model_its_column_names():
     assert row[col] == report.num(1.1)
 
 
-def test_a_rejected_tf32_configuration_is_shown_beside_what_final_runs():
+def test_a_rejected_reduced_precision_configuration_is_shown_beside_what_final_runs():
     r = synthetic_result()
     e = r["end_to_end"][0]
     e["pyconv_reduced"] = dict(e["pyconv"], impls=["gpu-tensor-core-fused", "gpu-tensor-core-tf32"], fc_math="tf32",
@@ -214,7 +214,7 @@ def test_a_rejected_tf32_configuration_is_shown_beside_what_final_runs():
     md = report.markdown_tables(r)
     row = next(line for line in md.splitlines() if "| rejected: pyconv gpu-tensor-core-fused" in line)
     assert "FC tf32" in row and "| 1 |" in row
-    assert "synthetic: the TF32 configuration changed 1 label(s)" in md
+    assert "synthetic: the reduced-precision configuration changed 1 label(s)" in md
 
 
 def test_text_tables_are_aligned():
