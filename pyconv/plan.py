@@ -299,8 +299,8 @@ def _final_choice(variants: Sequence[Variant], site: ConvSite, ev: Evidence | No
             where = f"{t.source}" if ev.standin_for is None else \
                 f"{t.source}, measured on {ev.gpu}: no evidence for {ev.standin_for}"
             what = "conv + tanh + pool" if site.tanh_pool_follows else "conv"
-            line = (f"fastest {what} measured on this shape{_in_precision(precisions, variants)} among final's variants "
-                    f"({t.ms:.3g} ms at batch {B}; {where})")
+            line = (f"fastest {what} measured on this shape{_in_precision(precisions, variants)} among final's "
+                    f"variants ({t.ms:.3g} ms at batch {B}; {where})")
         if passed_over:
             line += f"; faster: {passed_over[0]}"
         if refused:
