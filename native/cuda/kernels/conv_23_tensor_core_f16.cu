@@ -26,6 +26,14 @@
 // Supports C x H x W images whose two fp32 staging slots, channel-pair planes and weights fit in shared memory.
 // Predicted before measuring (H200, sp19 conv2, batch 10000): ~900 shared wavefronts and ~3,000 instructions per
 // image, so bound by the 323 MB of x and y in HBM: ~0.08-0.10 ms.
+// Measured: results/bench-nvidia-h200-2026-11-24-step23.json (`invoke bench`, NVBench, H200): the fastest conv2 on
+// sp19, sp18 and fa19, ahead of cuDNN's faster of TF32 and FP16 on each; final's choice for sp19 conv2, whose
+// end-to-end labels stay those of PyTorch's float32 network
+// (results/bench-e2e-nvidia-h200-2026-11-24-sp19-step23.json).
+// Nsight Compute on sp19 conv2 (one launch, before the output was staged): ~7,000 instructions and ~1,700
+// shared-memory wavefronts per image (half of step 22's), issue slots 48% busy, 21% occupancy: bound by latency
+// (few warps, two barriers per image) rather than by shared memory or DRAM (31%). The direct stores' address
+// arithmetic was ~2,100 of those instructions, hence the staged output.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
