@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include "cuda/runtime/layers.cuh"
 
@@ -78,6 +80,64 @@ __global__ void argmax_rows_kernel(const float* __restrict__ x, int32_t* __restr
   }
 }
 
+// One warp per row: lane l holds a[l], a[l + 32], ... (kHeadMaxHidden / 32 registers at most), each class is a
+// warp-wide dot product (shuffle reduction), and lane 0 keeps the logits to take the argmax in order. W2 and the
+// biases sit in shared memory, read by every row.
+// Q: registers of a per lane (ceil(hidden / 32) rounded up to a power of two).
+constexpr int kHeadWarps = 8;
+template <int Q>
+__global__ void __launch_bounds__(kHeadWarps * 32) fc_head_kernel(const float* __restrict__ h,
+                                                                   const float* __restrict__ b1, Activation act,
+                                                                   const float* __restrict__ w2,
+                                                                   const float* __restrict__ b2, float* logits,
+                                                                   int32_t* __restrict__ labels, int64_t rows,
+                                                                   int hidden, int classes) {
+  extern __shared__ float s_head[];
+  float* s_w2 = s_head;                       // [classes][hidden]
+  float* s_b1 = s_w2 + classes * hidden;      // [hidden]
+  float* s_b2 = s_b1 + hidden;                // [classes]
+  for (int i = threadIdx.x; i < classes * hidden; i += blockDim.x) s_w2[i] = w2[i];
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) s_b1[i] = b1[i];
+  for (int i = threadIdx.x; i < classes; i += blockDim.x) s_b2[i] = b2[i];
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+  for (int64_t r = blockIdx.x * int64_t(kHeadWarps) + threadIdx.x / 32; r < rows;
+       r += int64_t(gridDim.x) * kHeadWarps) {
+    const float* hr = h + r * hidden;
+    float a[Q];
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      const int j = lane + 32 * q;
+      a[q] = j < hidden ? activate(hr[j] + s_b1[j], act) : 0.0f;
+    }
+    float mine = 0.0f;  // lane c keeps logit c
+    for (int c = 0; c < classes; ++c) {
+      const float* wc = s_w2 + c * hidden;
+      float sum = 0.0f;
+#pragma unroll
+      for (int q = 0; q < Q; ++q) {
+        const int j = lane + 32 * q;
+        if (j < hidden) sum = fmaf(wc[j], a[q], sum);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      if (lane == c) mine = sum + s_b2[c];
+    }
+    if (lane < classes) logits[r * classes + lane] = mine;
+    // argmax in class order, as argmax_rows_kernel: the first largest, a NaN counts as largest
+    int best = 0;
+    float bv = __shfl_sync(0xffffffffu, mine, 0);
+    for (int c = 1; c < classes; ++c) {
+      const float v = __shfl_sync(0xffffffffu, mine, c);
+      if (bv == bv && (v > bv || v != v)) {
+        bv = v;
+        best = c;
+      }
+    }
+    if (lane == 0) labels[r] = best;
+  }
+}
+
 }  // namespace
 
 Activation activation_from_name(const std::string& name) {
@@ -118,8 +178,8 @@ void pool2d(const float* x, float* y, int64_t planes, int H, int W, int kernel, 
   CUDA_CHECK_LAUNCH();
 }
 
-void fully_connected(cublasHandle_t h, const float* x, const float* w, const float* b, float* y, int64_t rows,
-                     int64_t in, int64_t out, Activation act, FcMath math, cudaStream_t st) {
+void fc_gemm(cublasHandle_t h, const float* x, const float* w, float* y, int64_t rows, int64_t in, int64_t out,
+             FcMath math, cudaStream_t st) {
   if (rows <= 0) return;
   if (rows > INT32_MAX || in > INT32_MAX || out > INT32_MAX)
     throw std::invalid_argument("fully_connected: dimensions beyond 2^31 are not supported by cuBLAS");
@@ -135,6 +195,12 @@ void fully_connected(cublasHandle_t h, const float* x, const float* w, const flo
   else
     CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in), &one, w, int(in), x,
                              int(in), &zero, y, int(out)));
+}
+
+void fully_connected(cublasHandle_t h, const float* x, const float* w, const float* b, float* y, int64_t rows,
+                     int64_t in, int64_t out, Activation act, FcMath math, cudaStream_t st) {
+  if (rows <= 0) return;
+  fc_gemm(h, x, w, y, rows, in, out, math, st);
   const size_t total = size_t(rows) * size_t(out);
   bias_activation_kernel<<<blocks_for(total), THREADS, 0, st>>>(y, b, total, out, act);
   CUDA_CHECK_LAUNCH();
@@ -144,6 +210,29 @@ void argmax_rows(const float* x, int32_t* labels, int64_t rows, int64_t cols, cu
   if (rows <= 0) return;
   if (cols < 1) throw std::invalid_argument("argmax_rows: need at least one column");
   argmax_rows_kernel<<<blocks_for(size_t(rows)), THREADS, 0, st>>>(x, labels, rows, cols);
+  CUDA_CHECK_LAUNCH();
+}
+
+void fc_head(const float* h, const float* b1, Activation act, const float* w2, const float* b2, float* logits,
+             int32_t* labels, int64_t rows, int64_t hidden, int64_t classes, cudaStream_t st) {
+  if (rows <= 0) return;
+  if (!fits_head(hidden, classes))
+    throw std::invalid_argument("fc_head: takes 1.." + std::to_string(kHeadMaxHidden) + " hidden features, 1.." +
+                                std::to_string(kHeadMaxClasses) + " classes and at most " +
+                                std::to_string(kHeadMaxWeights) + " weights (got " + std::to_string(hidden) + " x " +
+                                std::to_string(classes) + ")");
+  const size_t smem = size_t(classes * hidden + hidden + classes) * sizeof(float);
+  const int64_t blocks = std::min<int64_t>((rows + kHeadWarps - 1) / kHeadWarps, 4096);
+  auto launch = [&](auto kernel) {
+    kernel<<<unsigned(blocks), kHeadWarps * 32, smem, st>>>(h, b1, act, w2, b2, logits, labels, rows, int(hidden),
+                                                           int(classes));
+  };
+  const int64_t q = (hidden + 31) / 32;
+  if (q <= 2) launch(fc_head_kernel<2>);
+  else if (q <= 4) launch(fc_head_kernel<4>);
+  else if (q <= 8) launch(fc_head_kernel<8>);
+  else if (q <= 16) launch(fc_head_kernel<16>);
+  else launch(fc_head_kernel<32>);
   CUDA_CHECK_LAUNCH();
 }
 

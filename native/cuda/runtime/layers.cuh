@@ -59,7 +59,25 @@ FcMath fc_math_from_name(const std::string& name);  // "fp32" | "tf32"; else inv
 void fully_connected(cublasHandle_t h, const float* x, const float* w, const float* b, float* y, int64_t rows,
                      int64_t in, int64_t out, Activation act, FcMath math, cudaStream_t st);
 
+// y[rows][out] = x[rows][in] W^T without bias or activation: the GEMM half of fully_connected (the head below
+// adds both).
+void fc_gemm(cublasHandle_t h, const float* x, const float* w, float* y, int64_t rows, int64_t in, int64_t out,
+             FcMath math, cudaStream_t st);
+
 // labels[r] = the first index of the largest value of x[r][0..cols) (numpy's argmax: a NaN counts as largest).
 void argmax_rows(const float* x, int32_t* labels, int64_t rows, int64_t cols, cudaStream_t st);
+
+// A network's head in one kernel: for each row r of h[rows][hidden] (a fully connected layer's output before its
+// bias), a = act(h[r] + b1), logits[r] = W2[classes][hidden] a + b2 (float32 products, exact FP32 arithmetic
+// whatever FcMath the GEMM before used), labels[r] = argmax as argmax_rows. Replaces a bias + activation kernel,
+// a small GEMM, a bias kernel and argmax: four dependent launches per batch (chunk) become one. Sizes it takes:
+// fits_head (W2 in 32 KB of shared memory, a in at most 32 registers per lane).
+constexpr int64_t kHeadMaxHidden = 1024, kHeadMaxClasses = 32, kHeadMaxWeights = 8192;
+inline bool fits_head(int64_t hidden, int64_t classes) {
+  return hidden >= 1 && hidden <= kHeadMaxHidden && classes >= 1 && classes <= kHeadMaxClasses &&
+         hidden * classes <= kHeadMaxWeights;
+}
+void fc_head(const float* h, const float* b1, Activation act, const float* w2, const float* b2, float* logits,
+             int32_t* labels, int64_t rows, int64_t hidden, int64_t classes, cudaStream_t st);
 
 }  // namespace pyconv

@@ -153,6 +153,13 @@ GpuNetwork::Plan GpuNetwork::make_plan(const std::vector<std::string>& impls) co
     plan.steps.push_back(st);
   }
   plan.classes = layers_.back().out_c;
+  const size_t n = plan.steps.size();
+  if (n >= 2) {
+    const Layer& a = *plan.steps[n - 2].layer;
+    const Layer& b = *plan.steps[n - 1].layer;
+    plan.head = a.kind == Kind::FC && b.kind == Kind::FC && plan.steps[n - 1].fc_act == Activation::None &&
+                fits_head(b.in_c, b.out_c);
+  }
   return plan;
 }
 
@@ -182,7 +189,9 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
   const cudaStream_t st = L.stream.get();
   float* cur = L.a.get();
   float* other = L.b.get();
-  for (const Step& step : plan.steps) {
+  const size_t nsteps = plan.steps.size();
+  for (size_t si = 0; si < nsteps; ++si) {
+    const Step& step = plan.steps[si];
     const Layer& ly = *step.layer;
     switch (ly.kind) {
       case Kind::Conv: {
@@ -225,8 +234,16 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
         std::swap(cur, other);
         break;
       case Kind::FC:
-        fully_connected(L.blas.get(), cur, ly.w.get(), ly.b.get(), other, rows, ly.in_c, ly.out_c, step.fc_act,
-                        fc_math_, st);
+        if (plan.head && si + 2 == nsteps) {  // bias and activation follow in the head
+          fc_gemm(L.blas.get(), cur, ly.w.get(), other, rows, ly.in_c, ly.out_c, fc_math_, st);
+        } else if (plan.head && si + 1 == nsteps) {
+          const Step& prev = plan.steps[si - 1];
+          fc_head(cur, prev.layer->b.get(), prev.fc_act, ly.w.get(), ly.b.get(), other, L.labels.get(), rows,
+                  ly.in_c, ly.out_c, st);
+        } else {
+          fully_connected(L.blas.get(), cur, ly.w.get(), ly.b.get(), other, rows, ly.in_c, ly.out_c, step.fc_act,
+                          fc_math_, st);
+        }
         std::swap(cur, other);
         break;
       case Kind::Flatten:
@@ -234,7 +251,7 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
         break;
     }
   }
-  argmax_rows(cur, L.labels.get(), rows, plan.classes, st);
+  if (!plan.head) argmax_rows(cur, L.labels.get(), rows, plan.classes, st);
   return cur;
 }
 
@@ -284,9 +301,23 @@ void GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
                           int streams, int32_t* labels_out, std::vector<double>& op_seconds) {
   const int64_t in_elems = C_ * H_ * W_;
   const size_t in_bytes = size_t(in_elems) * (type == InputType::U8 ? 1 : sizeof(float));
-  const int64_t want = std::min<int64_t>(chunks, rows);
-  const int64_t chunk_rows = (rows + want - 1) / want;
-  const int64_t nchunks = (rows + chunk_rows - 1) / chunk_rows;
+  // Chunk c holds rows [start[c], start[c + 1]). With 3 or more chunks the first and the last are half the size
+  // of the others: copies queue back to back on the one host-to-device engine while computes follow them, so
+  // the pass ends about max(first copy + all compute, all copies + last compute) and only those two chunks'
+  // sizes are exposed.
+  const int64_t nchunks = std::min<int64_t>(chunks, rows);
+  std::vector<int64_t> start(size_t(nchunks) + 1, 0);
+  {
+    const double units = nchunks >= 3 ? double(nchunks - 1) : double(nchunks);  // ends count half a unit each
+    double acc = 0;
+    for (int64_t c = 0; c < nchunks; ++c) {
+      acc += (nchunks >= 3 && (c == 0 || c == nchunks - 1)) ? 0.5 : 1.0;
+      const int64_t end = std::max(start[size_t(c)] + 1, int64_t(double(rows) * acc / units));
+      start[size_t(c) + 1] = c + 1 == nchunks ? rows : std::min(end, rows - (nchunks - c - 1));  // none empty
+    }
+  }
+  int64_t chunk_rows = 0;
+  for (int64_t c = 0; c < nchunks; ++c) chunk_rows = std::max(chunk_rows, start[size_t(c) + 1] - start[size_t(c)]);
   const size_t nlanes = size_t(std::min<int64_t>(streams, nchunks));
   const bool u8_on_device = type == InputType::U8 && !plan.host_input;
 
@@ -320,7 +351,7 @@ void GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
   for (int64_t c = 0; c < nchunks; ++c) {
     Lane& L = *lanes_[size_t(c) % nlanes];
     const cudaStream_t st = L.stream.get();
-    const int64_t r0 = c * chunk_rows, rc = std::min(chunk_rows, rows - r0);
+    const int64_t r0 = start[size_t(c)], rc = start[size_t(c) + 1] - r0;
     if (!plan.host_input && src != images)
       std::memcpy(staging_.get() + size_t(r0) * in_bytes, images + size_t(r0) * in_bytes, size_t(rc) * in_bytes);
     const StagedInput in = stage_input(L, plan, src + size_t(r0) * in_bytes, type, rc, false,

@@ -8,13 +8,16 @@
 //   - chunks = 1 (the course's measurement): the batch is one launch per layer, and each conv's op time is
 //     cudaDeviceSynchronize, host steady_clock, the conv launch, cudaDeviceSynchronize, host clock. For a fused
 //     variant the op time covers conv + tanh + pool.
-//   - chunks > 1: the batch is split into `chunks` parts queued round-robin on `streams` streams, each part's
+//   - chunks > 1: the batch is split into `chunks` parts (from 3 on, the first and last half the size of the
+//     others: see run_pass) queued round-robin on `streams` streams, each part's
 //     images copied from pinned memory while another part computes. No device-wide synchronisation then
 //     (it would serialise the streams): each conv's op time is the sum over parts of CUDA-event time around
 //     that part's conv launch, which may include time shared with the other streams' work.
 //   - uint8 images: when the first layer's variant reads uint8 itself (launch_u8), it gets the raw images;
 //     otherwise one kernel widens them to float32 first.
-//   - The fully connected layers run in FP32 (cublasSgemm) unless set_fc_math(FcMath::TF32) (see layers.cuh).
+//   - The fully connected layers run in FP32 (cublasSgemm) unless set_fc_math(FcMath::TF32) (see layers.cuh). A
+//     network ending FC (+ activation) -> FC with a small last layer (fits_head) runs the last FC in float32 FMAs
+//     inside one head kernel with the bias, activation and argmax of the tail.
 //   - Out of device memory: when the buffers for a pass (or anything a variant allocates) do not fit, the
 //     activation buffers are freed and the pass retried on half as many images, down to one image; the
 //     result says how many passes ran. Only then does the failure reach the caller (CudaError), and the
@@ -105,6 +108,9 @@ class GpuNetwork {
     int64_t max_elems = 0;    // largest activation of one image that this plan stores (a fused conv's un-pooled
                               // output is not one: for sp19 5184 floats instead of 11616)
     int64_t classes = 0;
+    // The last two steps are FC (+ activation) -> FC: the first runs as a bare GEMM and the second, with the
+    // first's bias and activation and the argmax, as one fc_head kernel (layers.cuh), when the sizes fit it.
+    bool head = false;
   };
   // One stream with its own cuBLAS handle and buffers (ping-pong activations, the uint8 input, the labels).
   struct Lane {
