@@ -301,23 +301,9 @@ void GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
                           int streams, int32_t* labels_out, std::vector<double>& op_seconds) {
   const int64_t in_elems = C_ * H_ * W_;
   const size_t in_bytes = size_t(in_elems) * (type == InputType::U8 ? 1 : sizeof(float));
-  // Chunk c holds rows [start[c], start[c + 1]). With 3 or more chunks the first and the last are half the size
-  // of the others: copies queue back to back on the one host-to-device engine while computes follow them, so
-  // the pass ends about max(first copy + all compute, all copies + last compute) and only those two chunks'
-  // sizes are exposed.
-  const int64_t nchunks = std::min<int64_t>(chunks, rows);
-  std::vector<int64_t> start(size_t(nchunks) + 1, 0);
-  {
-    const double units = nchunks >= 3 ? double(nchunks - 1) : double(nchunks);  // ends count half a unit each
-    double acc = 0;
-    for (int64_t c = 0; c < nchunks; ++c) {
-      acc += (nchunks >= 3 && (c == 0 || c == nchunks - 1)) ? 0.5 : 1.0;
-      const int64_t end = std::max(start[size_t(c)] + 1, int64_t(double(rows) * acc / units));
-      start[size_t(c) + 1] = c + 1 == nchunks ? rows : std::min(end, rows - (nchunks - c - 1));  // none empty
-    }
-  }
-  int64_t chunk_rows = 0;
-  for (int64_t c = 0; c < nchunks; ++c) chunk_rows = std::max(chunk_rows, start[size_t(c) + 1] - start[size_t(c)]);
+  const int64_t want = std::min<int64_t>(chunks, rows);
+  const int64_t chunk_rows = (rows + want - 1) / want;
+  const int64_t nchunks = (rows + chunk_rows - 1) / chunk_rows;
   const size_t nlanes = size_t(std::min<int64_t>(streams, nchunks));
   const bool u8_on_device = type == InputType::U8 && !plan.host_input;
 
@@ -351,7 +337,7 @@ void GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
   for (int64_t c = 0; c < nchunks; ++c) {
     Lane& L = *lanes_[size_t(c) % nlanes];
     const cudaStream_t st = L.stream.get();
-    const int64_t r0 = start[size_t(c)], rc = start[size_t(c) + 1] - r0;
+    const int64_t r0 = c * chunk_rows, rc = std::min(chunk_rows, rows - r0);
     if (!plan.host_input && src != images)
       std::memcpy(staging_.get() + size_t(r0) * in_bytes, images + size_t(r0) * in_bytes, size_t(rc) * in_bytes);
     const StagedInput in = stage_input(L, plan, src + size_t(r0) * in_bytes, type, rc, false,

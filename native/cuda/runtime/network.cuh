@@ -8,8 +8,7 @@
 //   - chunks = 1 (the course's measurement): the batch is one launch per layer, and each conv's op time is
 //     cudaDeviceSynchronize, host steady_clock, the conv launch, cudaDeviceSynchronize, host clock. For a fused
 //     variant the op time covers conv + tanh + pool.
-//   - chunks > 1: the batch is split into `chunks` parts (from 3 on, the first and last half the size of the
-//     others: see run_pass) queued round-robin on `streams` streams, each part's
+//   - chunks > 1: the batch is split into `chunks` parts queued round-robin on `streams` streams, each part's
 //     images copied from pinned memory while another part computes. No device-wide synchronisation then
 //     (it would serialise the streams): each conv's op time is the sum over parts of CUDA-event time around
 //     that part's conv launch, which may include time shared with the other streams' work.
