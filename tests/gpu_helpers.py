@@ -46,6 +46,23 @@ def check_shape(name: str, shape, seed: int) -> None:
     assert ok, f"{name} {shape}: {msg}"
 
 
+def check_beyond_fp16_range(name: str, seed: int, channel: int = 2) -> None:
+    """A variant that rounds its inputs to FP16 (split or not), on sp19 conv2's shape: one input of image 0 beyond
+    FP16's 65504 (in `channel`) makes every output whose window holds it inf or NaN, never a quietly wrong finite
+    number; image 1 stays within the variant's tolerance."""
+    B, C, H, W, M, K = 2, 6, 22, 22, 16, 5
+    rng = np.random.default_rng(seed)
+    x = verify.random_nonzero(rng, (B, C, H, W))
+    k = verify.random_nonzero(rng, (M, C, K, K))
+    x[0, channel, 10, 11] = 1.0e5
+    y = gpu().conv(name, x, k)
+    reached = y[0, :, 10 - K + 1:11, 11 - K + 1:12]
+    assert not np.isfinite(reached).any(), f"{name}: an output whose window holds 1e5 came out finite"
+    v = next(v for v in gpu().variants() if v["name"] == name)
+    ok, msg = close(y[1:], verify.expected(x[1:], k), *verify.tolerance(v["rtol"], C, K))
+    assert ok, f"{name}: {msg}"
+
+
 def check_refused_for_shared_memory(name: str, shape) -> str:
     """The variant refuses (B, C, H, W, M, K) for shared memory: why_unsupported gives one line that starts with the
     variant's name and names the KB it needs, and conv raises before any GPU work. Returns the line."""

@@ -101,6 +101,7 @@
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/mma_f16.cuh"
+#include "cuda/runtime/persistent.cuh"
 #include "cuda/runtime/registry.cuh"
 
 namespace pyconv {
@@ -544,12 +545,7 @@ void conv_fwd_gpu_split_f16(const float* x, const float* k, float* y, const Conv
   const Config& c = pick(p.M, p.tiles, warps);
   const size_t smem = smem_bytes(p);
   const int threads = warps * 32;
-  CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  int dev = 0, sms = 0, per_sm = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, c.kernel, threads, smem));
-  if (per_sm < 1) throw std::invalid_argument("gpu-split-f16: a block does not fit on an SM");
+  const long long fit = persistent_blocks("gpu-split-f16", c.kernel, threads, smem);
   // Persistent blocks: each walks units blockIdx.x, +gridDim.x, ... so the weights are split once per block and
   // the cp.async ring always has the next units to fetch. With bands, a launch takes fewer than 2^31 units (the
   // kernel divides a unit's index in 32 bits): larger batches go in several launches.
@@ -558,7 +554,7 @@ void conv_fwd_gpu_split_f16(const float* x, const float* k, float* y, const Conv
     SplitParams q = p;
     q.B = std::min(per_launch, s.B - b0);
     q.units = q.B * q.nbands;
-    const dim3 grid{unsigned(std::min<long long>(q.units, (long long)(sms) * per_sm)), 1u, 1u};
+    const dim3 grid{unsigned(std::min<long long>(q.units, fit)), 1u, 1u};
     c.kernel<<<grid, threads, smem, st>>>(x + b0 * p.img_floats, k, y + b0 * p.M * p.Pimg, q);
     CUDA_CHECK_LAUNCH();
   }

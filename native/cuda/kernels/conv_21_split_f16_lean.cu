@@ -53,6 +53,7 @@
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/mma_f16.cuh"
+#include "cuda/runtime/persistent.cuh"
 #include "cuda/runtime/registry.cuh"
 
 namespace pyconv {
@@ -454,14 +455,9 @@ void conv_fwd_gpu_split_f16_lean(const float* x, const float* k, float* y, const
   const LeanKernel kernel = c.kernels[__builtin_ctz(unsigned(p.lo_dist)) - kLoLogs[0]];
   const size_t smem = smem_bytes(p);
   const int threads = warps * 32;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  int dev = 0, sms = 0, per_sm = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  if (per_sm < 1) throw std::invalid_argument("gpu-split-f16-lean: a block does not fit on an SM");
+  const long long fit = persistent_blocks("gpu-split-f16-lean", kernel, threads, smem);
   // Persistent blocks: each walks images blockIdx.x, +gridDim.x, ...
-  const dim3 grid{unsigned(std::min<long long>(s.B, (long long)(sms) * per_sm)), 1u, 1u};
+  const dim3 grid{unsigned(std::min<long long>(s.B, fit)), 1u, 1u};
   kernel<<<grid, threads, smem, st>>>(x, k, y, p);
   CUDA_CHECK_LAUNCH();
 }

@@ -47,6 +47,7 @@
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/mma_f16.cuh"
+#include "cuda/runtime/persistent.cuh"
 #include "cuda/runtime/registry.cuh"
 
 namespace pyconv {
@@ -394,14 +395,9 @@ void conv_fwd_gpu_tensor_core_f16(const float* x, const float* k, float* y, cons
   const Config& c = pick(p.M, p.tiles, warps);
   const size_t smem = size_t(p.total);
   const int threads = warps * 32;
-  CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  int dev = 0, sms = 0, per_sm = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, c.kernel, threads, smem));
-  if (per_sm < 1) throw std::invalid_argument("gpu-tensor-core-f16: a block does not fit on an SM");
+  const long long fit = persistent_blocks("gpu-tensor-core-f16", c.kernel, threads, smem);
   // Persistent blocks: each walks images blockIdx.x, +gridDim.x, ...
-  const dim3 grid{unsigned(std::min<long long>(s.B, (long long)(sms) * per_sm)), 1u, 1u};
+  const dim3 grid{unsigned(std::min<long long>(s.B, fit)), 1u, 1u};
   c.kernel<<<grid, threads, smem, st>>>(x, k, y, p);
   CUDA_CHECK_LAUNCH();
 }
