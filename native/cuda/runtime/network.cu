@@ -331,8 +331,12 @@ void GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
   }
 
   const Timing timing = nchunks == 1 ? Timing::HostSync : Timing::Events;
-  std::vector<std::vector<Event>> events(timing == Timing::Events ? size_t(nchunks) : 0);
-  for (auto& ev : events) ev.resize(2 * conv_count_);
+  // The chunks' op-time events are kept between calls: creating them here would put 2 x convs x chunks
+  // cudaEventCreate calls on the host before the first copy is queued.
+  const size_t nev = timing == Timing::Events ? size_t(nchunks) : 0;
+  if (chunk_events_.size() < nev) chunk_events_.resize(nev);
+  for (size_t c = 0; c < nev; ++c)
+    while (chunk_events_[c].size() < 2 * conv_count_) chunk_events_[c].emplace_back();
 
   for (int64_t c = 0; c < nchunks; ++c) {
     Lane& L = *lanes_[size_t(c) % nlanes];
@@ -342,13 +346,15 @@ void GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
       std::memcpy(staging_.get() + size_t(r0) * in_bytes, images + size_t(r0) * in_bytes, size_t(rc) * in_bytes);
     const StagedInput in = stage_input(L, plan, src + size_t(r0) * in_bytes, type, rc, false,
                                        host_x ? host_x + r0 * in_elems : nullptr);
-    run_lane(L, rc, plan, timing, op_seconds, events.empty() ? nullptr : &events[size_t(c)], in.host_x, in.x_u8);
+    run_lane(L, rc, plan, timing, op_seconds, nev ? &chunk_events_[size_t(c)] : nullptr, in.host_x, in.x_u8);
     CUDA_CHECK(cudaMemcpyAsync(labels_dst + r0, L.labels.get(), size_t(rc) * sizeof(int32_t),
                                cudaMemcpyDeviceToHost, st));
   }
   for (size_t l = 0; l < nlanes; ++l) CUDA_CHECK(cudaStreamSynchronize(lanes_[l]->stream.get()));
-  for (auto& ev : events)
+  for (size_t c = 0; c < nev; ++c) {
+    const std::vector<Event>& ev = chunk_events_[c];
     for (size_t ci = 0; ci < conv_count_; ++ci) op_seconds[ci] += double(ev[2 * ci + 1].since(ev[2 * ci])) / 1e3;
+  }
   if (labels_dst != labels_out) std::memcpy(labels_out, labels_dst, size_t(rows) * sizeof(int32_t));
 }
 

@@ -161,6 +161,7 @@ class GpuNetwork {
   PinnedBuffer<uint8_t> staging_;    // the pass's images, for chunked copies
   PinnedBuffer<float> staging_f32_;  // the pass's images as float, for a host-input variant
   PinnedBuffer<int32_t> labels_host_;
+  std::vector<std::vector<Event>> chunk_events_;  // [chunk][2 per conv]: run_pass's op-time events, reused
   size_t peak_bytes_ = 0;
   FcMath fc_math_ = FcMath::FP32;
 };
