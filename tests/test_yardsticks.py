@@ -186,6 +186,18 @@ def test_goals_hold_pyconv_to_the_best_pytorch_configuration_and_the_copy_floor(
     assert got["sp19 end to end pinned"]["met"] is False and got["sp19 end to end resident"]["met"] is False
 
 
+def test_without_a_timed_compiled_configuration_the_best_pytorch_goal_is_not_measured():
+    """Eager alone (a run with --compiled none, or every torch.compile failing) is not the best configuration."""
+    e = _e2e_entry(pinned=0.45, resident=0.25, torch_pinned=4.7, compiled_pinned=2.0, floor=0.40)
+    for drop in ("none", "all failed"):
+        e["yardsticks"] = [] if drop == "none" else [{"name": "compiled-fp32", "error": "unavailable: no triton"}]
+        got = {g["name"]: g for g in goals.check_goals({"parts": ["end_to_end"], "end_to_end": [e]})}
+        for label in ("pinned", "resident"):
+            g = got[f"sp19 end to end {label} x the best PyTorch configuration"]
+            assert g["measured"] is None and g["met"] is None and "torch.compile" in g["note"], (drop, g)
+        assert got["sp19 end to end pinned"]["met"] is True  # the other goals still judged
+
+
 def test_yardsticks_read_back_through_the_schema():
     e = _e2e_entry(pinned=0.45, resident=0.25, torch_pinned=4.7, compiled_pinned=2.0, floor=0.40)
     e["pyconv"]["pinned_ms"]["reps"] = 3
