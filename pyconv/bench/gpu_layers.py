@@ -14,6 +14,8 @@ once (median of `reps` after `warmup`)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from .. import verify
@@ -62,6 +64,17 @@ def _cudnn_ops(torch, x, k):
             "conv_tanh_pool_ms": lambda: F.max_pool2d(torch.tanh(F.conv2d(x, k)), 2, 2)}
 
 
+@contextlib.contextmanager
+def _cudnn_tf32(torch, on: bool):
+    """cuDNN's TF32 switch set for the block, the caller's setting restored after."""
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = on
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+
+
 def _cudnn_source(torch, mode: str = "fp32") -> str:
     how = {"fp32": "TF32 off", "tf32": "TF32 on", "fp16": "FP16 tensors (half x and k)"}[mode]
     return f"torch {torch.__version__} conv2d, cuDNN {torch.backends.cudnn.version()}, cudnn.benchmark on, {how}"
@@ -75,15 +88,10 @@ def cudnn_layer(torch, site: dict, rng: np.random.Generator, warmup: int, reps: 
     x, k = _cudnn_inputs(torch, site, rng, inputs, mode)
     ops = _cudnn_ops(torch, x, k)
     out = {"source": _cudnn_source(torch, mode) + "; CUDA events"}
-    saved = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = mode == "tf32"
-    try:
-        with torch.inference_mode():
-            out["conv_ms"] = stats(time_cuda_events(torch, ops["conv_ms"], warmup, reps))
-            if site["tanh_pool_follows"]:
-                out["conv_tanh_pool_ms"] = stats(time_cuda_events(torch, ops["conv_tanh_pool_ms"], warmup, reps))
-    finally:
-        torch.backends.cudnn.allow_tf32 = saved
+    with _cudnn_tf32(torch, mode == "tf32"), torch.inference_mode():
+        out["conv_ms"] = stats(time_cuda_events(torch, ops["conv_ms"], warmup, reps))
+        if site["tanh_pool_follows"]:
+            out["conv_tanh_pool_ms"] = stats(time_cuda_events(torch, ops["conv_tanh_pool_ms"], warmup, reps))
     return out
 
 
@@ -105,13 +113,8 @@ def cudnn_jobs(torch, site: dict, rng: np.random.Generator, out: dict, prefix: s
                 s = streams.get(stream)
                 if s is None:
                     s = streams[stream] = torch.cuda.ExternalStream(stream)
-                saved = torch.backends.cudnn.allow_tf32
-                torch.backends.cudnn.allow_tf32 = tf32
-                try:
-                    with torch.inference_mode(), torch.cuda.stream(s):
-                        op()
-                finally:
-                    torch.backends.cudnn.allow_tf32 = saved
+                with _cudnn_tf32(torch, tf32), torch.inference_mode(), torch.cuda.stream(s):
+                    op()
 
             # cudnn.benchmark's search (it synchronises) and the allocator's first cudaMalloc for this stream
             # happen here, waited for, never inside a launch NVBench holds behind its blocking kernel.

@@ -39,6 +39,7 @@
 #include <string>
 
 #include "cuda/kernels/fast_div.cuh"
+#include "cuda/kernels/lean_tiles.cuh"
 #include "cuda/kernels/pixel_pair_store.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
@@ -51,9 +52,6 @@ namespace {
 
 constexpr size_t kSmemLimit = 220 * 1024;  // per block, opted in (sm_90 allows 227 KB)
 
-// Warps per block at most, per accumulator tiles per warp (MT x NT): two blocks per SM fit in the register file
-// (-Xptxas -v, CUDA 13, sm_90: these counts do not spill).
-__host__ __device__ constexpr int max_warps(int acc_tiles) { return acc_tiles <= 3 ? 16 : 8; }
 
 struct LeanTf32Params {
   int C, H, W, M, K, Ho, Wo;
@@ -119,7 +117,7 @@ __device__ __forceinline__ void k_loop(float (&acc)[MT][NT][4], const uint32_t (
 }
 
 template <int MT, int NT>
-__global__ void __launch_bounds__(max_warps(MT * NT) * 32, 2)
+__global__ void __launch_bounds__(lean_max_warps(MT * NT) * 32, 2)
     conv_fwd_gpu_tf32_lean_kernel(const float* __restrict__ x, const float* __restrict__ k, float* __restrict__ y,
                                   const LeanTf32Params p) {
   extern __shared__ uint4 smem[];
@@ -240,31 +238,14 @@ struct Config {
   LeanTf32Kernel kernel;
 };
 
-// MT = 2 m-tiles per pass when M > 16, else 1. One m-tile and more than 32 n-tiles: 6 per warp in blocks of up to
-// 8 warps, which halves the A fragment loads of 3 per warp in 16 (measured while developing, not kept in
-// results/: H200, NVBench, batch 10000, sp19 conv2 0.196 ms against 0.207, sp18 conv2 0.423 against 0.483; 2 per
-// warp: 0.288). Else the fewest n-tiles per warp that let max_warps cover an image in one group; the largest
-// beyond that (the groups then loop).
+// The tiling rule of lean_tiles.cuh over this step's kernels.
 const Config& pick(int M, int tiles, int& warps) {
   static const Config configs[] = {
       {1, 1, conv_fwd_gpu_tf32_lean_kernel<1, 1>}, {1, 2, conv_fwd_gpu_tf32_lean_kernel<1, 2>},
       {1, 3, conv_fwd_gpu_tf32_lean_kernel<1, 3>}, {1, 6, conv_fwd_gpu_tf32_lean_kernel<1, 6>},
       {2, 1, conv_fwd_gpu_tf32_lean_kernel<2, 1>}, {2, 3, conv_fwd_gpu_tf32_lean_kernel<2, 3>},
   };
-  const int mt = M > 16 ? 2 : 1;
-  const Config* c = nullptr;
-  if (mt == 1 && tiles > 32) {  // 6 n-tiles per warp (blocks of up to 8 warps; the groups loop beyond 48)
-    c = &configs[3];
-    warps = std::min(max_warps(6), (tiles + 5) / 6);
-    return *c;
-  }
-  for (const Config& cc : configs) {
-    if (cc.mt != mt) continue;
-    c = &cc;  // the last of this MT when none covers the image
-    if (tiles <= cc.nt * max_warps(cc.mt * cc.nt)) break;
-  }
-  warps = std::min(max_warps(c->mt * c->nt), (tiles + c->nt - 1) / c->nt);
-  return *c;
+  return pick_lean_tiles(configs, M, tiles, warps);
 }
 
 std::string plan(const ConvShape& s, LeanTf32Params& p) {

@@ -43,6 +43,7 @@
 #include <string>
 
 #include "cuda/kernels/fast_div.cuh"
+#include "cuda/kernels/lean_tiles.cuh"
 #include "cuda/kernels/pixel_pair_store.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
@@ -54,7 +55,6 @@ namespace pyconv {
 namespace {
 
 constexpr size_t kSmemLimit = 220 * 1024;  // per block, opted in (sm_90 allows 227 KB)
-__host__ __device__ constexpr int max_warps(int acc_tiles) { return acc_tiles <= 3 ? 16 : 8; }
 // Blocks per SM the registers must allow: six accumulator tiles per warp (1 x 6 or 2 x 3) in blocks of up to 8
 // warps take three (1 x 6: 80 registers,
 // 28 bytes of epilogue spill: on sp19 conv2 0.147 ms against 0.150 with two blocks of 116 registers, and 0.154
@@ -138,7 +138,7 @@ __device__ __forceinline__ void k_loop(float (&acc)[MT][NT][4], const uint32_t (
 }
 
 template <int MT, int NT>
-__global__ void __launch_bounds__(max_warps(MT * NT) * 32, min_blocks(MT * NT))
+__global__ void __launch_bounds__(lean_max_warps(MT * NT) * 32, min_blocks(MT * NT))
     conv_fwd_gpu_f16_kernel(const float* __restrict__ x, const float* __restrict__ k, float* __restrict__ y,
                             const F16Params p) {
   extern __shared__ uint4 smem[];
@@ -225,27 +225,7 @@ __global__ void __launch_bounds__(max_warps(MT * NT) * 32, min_blocks(MT * NT))
     // D rows g and g+8 are filters, columns 2t and 2t+1 consecutive pixels: into the staged output, or straight
     // to y.
     const int m_lane = mt0 * 16 + g;
-    if (p.staged_out) {
-#pragma unroll
-      for (int i = 0; i < NT; ++i) {
-        if (i >= nv) continue;
-        const int n = (first + i * warps) * 8 + 2 * t;
-#pragma unroll
-        for (int jh = 0; jh < 2 * MT; ++jh) {
-          const int j = jh / 2, h = jh % 2, m = m_lane + 16 * j + 8 * h;
-          if (m >= p.M) continue;
-          float* o = s_out + m * p.P + n;
-          if ((p.P & 1) == 0) {
-            if (n < p.P) *reinterpret_cast<float2*>(o) = make_float2(acc[j][i][2 * h], acc[j][i][2 * h + 1]);
-          } else {
-            if (n < p.P) o[0] = acc[j][i][2 * h];
-            if (n + 1 < p.P) o[1] = acc[j][i][2 * h + 1];
-          }
-        }
-      }
-      return;
-    }
-    float* yb = y + (size_t(b) * p.M + m_lane) * size_t(p.P);
+    float* out = p.staged_out ? s_out + m_lane * p.P : y + (size_t(b) * p.M + m_lane) * size_t(p.P);
 #pragma unroll
     for (int i = 0; i < NT; ++i) {
       if (i >= nv) continue;
@@ -254,7 +234,11 @@ __global__ void __launch_bounds__(max_warps(MT * NT) * 32, min_blocks(MT * NT))
       for (int jh = 0; jh < 2 * MT; ++jh) {
         const int j = jh / 2, h = jh % 2;
         if (m_lane + 16 * j + 8 * h >= p.M) continue;
-        store_pixel_pair(yb + uint32_t((16 * j + 8 * h) * p.P + n), n, p.P, acc[j][i][2 * h], acc[j][i][2 * h + 1]);
+        float* o = out + uint32_t((16 * j + 8 * h) * p.P + n);
+        if (p.staged_out)
+          store_pixel_pair<false>(o, n, p.P, acc[j][i][2 * h], acc[j][i][2 * h + 1]);
+        else
+          store_pixel_pair(o, n, p.P, acc[j][i][2 * h], acc[j][i][2 * h + 1]);
       }
     }
   };
@@ -311,28 +295,14 @@ struct Config {
   F16Kernel kernel;
 };
 
-// Step 22's rule: MT = 2 m-tiles per pass when M > 16, else 1; one m-tile and more than 32 n-tiles: 6 per warp in
-// blocks of up to 8 warps; else the fewest n-tiles per warp that let max_warps cover an image in one group, the
-// largest beyond that (the groups then loop).
+// The tiling rule of lean_tiles.cuh over this step's kernels.
 const Config& pick(int M, int tiles, int& warps) {
   static const Config configs[] = {
       {1, 1, conv_fwd_gpu_f16_kernel<1, 1>}, {1, 2, conv_fwd_gpu_f16_kernel<1, 2>},
       {1, 3, conv_fwd_gpu_f16_kernel<1, 3>}, {1, 6, conv_fwd_gpu_f16_kernel<1, 6>},
       {2, 1, conv_fwd_gpu_f16_kernel<2, 1>}, {2, 3, conv_fwd_gpu_f16_kernel<2, 3>},
   };
-  const int mt = M > 16 ? 2 : 1;
-  if (mt == 1 && tiles > 32) {
-    warps = std::min(max_warps(6), (tiles + 5) / 6);
-    return configs[3];
-  }
-  const Config* c = nullptr;
-  for (const Config& cc : configs) {
-    if (cc.mt != mt) continue;
-    c = &cc;  // the last of this MT when none covers the image
-    if (tiles <= cc.nt * max_warps(cc.mt * cc.nt)) break;
-  }
-  warps = std::min(max_warps(c->mt * c->nt), (tiles + c->nt - 1) / c->nt);
-  return *c;
+  return pick_lean_tiles(configs, M, tiles, warps);
 }
 
 std::string plan(const ConvShape& s, F16Params& p) {
