@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "cuda/kernels/fast_div.cuh"
 #include "cuda/kernels/lean_tiles.cuh"
@@ -225,22 +226,26 @@ __global__ void __launch_bounds__(lean_max_warps(MT * NT) * 32, min_blocks(MT * 
     // D rows g and g+8 are filters, columns 2t and 2t+1 consecutive pixels: into the staged output, or straight
     // to y.
     const int m_lane = mt0 * 16 + g;
-    float* out = p.staged_out ? s_out + m_lane * p.P : y + (size_t(b) * p.M + m_lane) * size_t(p.P);
+    // One loop per destination, the choice made once per group: with the choice inside the loop, sp19 conv2 took
+    // 0.150 ms against 0.147 (H200, NVBench, measured while developing).
+    auto store_all = [&](auto to_global, float* out) {
 #pragma unroll
-    for (int i = 0; i < NT; ++i) {
-      if (i >= nv) continue;
-      const int n = (first + i * warps) * 8 + 2 * t;
+      for (int i = 0; i < NT; ++i) {
+        if (i >= nv) continue;
+        const int n = (first + i * warps) * 8 + 2 * t;
 #pragma unroll
-      for (int jh = 0; jh < 2 * MT; ++jh) {
-        const int j = jh / 2, h = jh % 2;
-        if (m_lane + 16 * j + 8 * h >= p.M) continue;
-        float* o = out + uint32_t((16 * j + 8 * h) * p.P + n);
-        if (p.staged_out)
-          store_pixel_pair<false>(o, n, p.P, acc[j][i][2 * h], acc[j][i][2 * h + 1]);
-        else
-          store_pixel_pair(o, n, p.P, acc[j][i][2 * h], acc[j][i][2 * h + 1]);
+        for (int jh = 0; jh < 2 * MT; ++jh) {
+          const int j = jh / 2, h = jh % 2;
+          if (m_lane + 16 * j + 8 * h >= p.M) continue;
+          store_pixel_pair<decltype(to_global)::value>(out + uint32_t((16 * j + 8 * h) * p.P + n), n, p.P,
+                                                       acc[j][i][2 * h], acc[j][i][2 * h + 1]);
+        }
       }
-    }
+    };
+    if (p.staged_out)
+      store_all(std::false_type{}, s_out + m_lane * p.P);
+    else
+      store_all(std::true_type{}, y + (size_t(b) * p.M + m_lane) * size_t(p.P));
   };
 
   // The staged output of image `ob` leaves as one contiguous block: y[ob] is M * P consecutive floats.
