@@ -57,9 +57,9 @@ namespace {
 
 constexpr size_t kSmemLimit = 220 * 1024;  // per block, opted in (sm_90 allows 227 KB)
 // Blocks per SM the registers must allow: six accumulator tiles per warp (1 x 6 or 2 x 3) in blocks of up to 8
-// warps take three (1 x 6: 80 registers,
-// 28 bytes of epilogue spill: on sp19 conv2 0.147 ms against 0.150 with two blocks of 116 registers, and 0.154
-// with 3 n-tiles per warp in two blocks of 14 warps; H200, NVBench, batch 10000, measured while developing).
+// warps take three (1 x 6: 80 registers. With an earlier epilogue, on sp19 conv2: 0.147 ms against 0.150 with two
+// blocks of 116 registers, and 0.154 with 3 n-tiles per warp in two blocks of 14 warps; H200, NVBench, batch
+// 10000, measured while developing).
 __host__ __device__ constexpr int min_blocks(int acc_tiles) { return acc_tiles == 6 ? 3 : 2; }
 
 struct F16Params {
@@ -226,8 +226,9 @@ __global__ void __launch_bounds__(lean_max_warps(MT * NT) * 32, min_blocks(MT * 
     // D rows g and g+8 are filters, columns 2t and 2t+1 consecutive pixels: into the staged output, or straight
     // to y.
     const int m_lane = mt0 * 16 + g;
-    // One loop per destination, the choice made once per group: with the choice inside the loop, sp19 conv2 took
-    // 0.150 ms against 0.147 (H200, NVBench, measured while developing).
+    // One loop body per destination, the choice made once per group: with the choice per store, sp19 conv2 took
+    // 0.150 ms (H200, NVBench, measured while developing); as here, 0.140
+    // (results/bench-nvidia-h200-2026-11-24-step23-stores.json), 80 registers and no spill.
     auto store_all = [&](auto to_global, float* out) {
 #pragma unroll
       for (int i = 0; i < NT; ++i) {
