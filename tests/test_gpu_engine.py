@@ -354,6 +354,77 @@ def test_network_predictions_equal_cpu_engine(name):
         assert len(ms) == 3 and all(t > 0 for t in ms)
 
 
+def pinned_copy(x: np.ndarray) -> np.ndarray:
+    """x in page-locked host memory (PyTorch allocates it; the project's engine only reads it)."""
+    torch = pytest.importorskip("torch")
+    return torch.from_numpy(np.ascontiguousarray(x)).pin_memory().numpy()
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.torch
+@pytest.mark.parametrize("sp19", [False, True], ids=["random-model", "sp19-final-variants"])
+@needs_m3_pick
+def test_chunked_pass_from_pinned_memory_replays_one_graph(sp19):
+    """A chunked pass from pinned memory runs plain the first time, is captured the second time and replayed
+    after, with the labels of the plain run; a replay reads the images in the buffer at that moment."""
+    from pyconv.core.model import load_model, shipped_models
+
+    rng = np.random.default_rng(SEED + 8)
+    if sp19:
+        if "ece408" not in shipped_models():
+            pytest.skip("no shipped sp19 model")
+        model = load_model("ece408")
+        impls = ["gpu-split-f16-fused", "gpu-tensor-core-f16"]  # final's reduced choice on sp19
+        if any(n not in GPU for n in impls):
+            pytest.skip("this build lacks final's sp19 variants")
+    else:
+        model = random_model(rng, (1, 24, 24))
+        impls = [M3_PICK] * 2
+    x = rng.integers(0, 256, (1000, *model.input_shape), dtype=np.uint8)
+    xp = pinned_copy(x)
+    net = network_of(model)
+    if sp19:
+        net.fc_math = "tf32"  # the head path with a TF32 GEMM, as final runs sp19
+    whole = net.forward(x, impls)
+    assert not whole["replayed"]
+    runs = [net.forward(xp, impls, chunks=5, streams=3) for _ in range(3)]
+    assert [r["replayed"] for r in runs] == [False, True, True]
+    for r in runs:
+        np.testing.assert_array_equal(r["labels"], runs[0]["labels"])
+        assert len(r["op_times"]) == 2 and all(t > 0 for t in r["op_times"])
+    # The same kernels on each image; only cuBLAS may pick another algorithm for another number of rows.
+    assert np.mean(runs[0]["labels"] == whole["labels"]) > 0.99
+    # New images in the same pinned buffer: the replay reads them.
+    xp[:] = x[::-1]
+    again = net.forward(xp, impls, chunks=5, streams=3)
+    assert again["replayed"]
+    np.testing.assert_array_equal(again["labels"], runs[0]["labels"][::-1])
+    # Another shape of pass runs plain first, and pageable images never replay.
+    other = net.forward(xp, impls, chunks=4, streams=2)
+    assert not other["replayed"]
+    assert np.mean(other["labels"] == again["labels"]) > 0.99
+    assert not any(net.forward(x, impls, chunks=5, streams=3)["replayed"] for _ in range(2))
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.torch
+@needs("gpu-unroll-gemm")
+@needs_m3_pick
+def test_a_variant_that_moves_its_buffers_is_never_replayed():
+    rng = np.random.default_rng(SEED + 9)
+    model = random_model(rng, (1, 24, 24))
+    x = rng.integers(0, 256, (500, 1, 24, 24), dtype=np.uint8)
+    xp = pinned_copy(x)
+    net = network_of(model)
+    impls = ["gpu-unroll-gemm", M3_PICK]
+    runs = [net.forward(xp, impls, chunks=4, streams=2) for _ in range(3)]
+    assert not any(r["replayed"] for r in runs)
+    for r in runs[1:]:
+        np.testing.assert_array_equal(r["labels"], runs[0]["labels"])
+
+
 @requires_gpu
 @pytest.mark.gpu
 @needs_m3_pick

@@ -324,13 +324,16 @@ PYBIND11_MODULE(_gpu, m) {
             d["peak_bytes"] = r.peak_bytes;
             d["passes"] = r.passes;
             d["rows_per_pass"] = r.rows_per_pass;
+            d["replayed"] = r.replayed;
             return d;
           },
           py::arg("images"), py::arg("impls"), py::arg("chunks") = 1, py::arg("streams") = 2,
           "Predicted labels of images[N][C][H][W] (uint8 or float32). impls: one registry variant per conv layer.\n"
-          "Returns dict(labels=int32[N], op_times=[seconds per conv layer], peak_bytes, passes, rows_per_pass).\n"
-          "chunks=1 times each conv as the course did (device sync, host clock, the conv, device sync); chunks>1\n"
-          "splits the batch over `streams` streams (pinned copies overlap compute) and times convs by events.\n"
+          "Returns dict(labels=int32[N], op_times=[seconds per conv layer], peak_bytes, passes, rows_per_pass,\n"
+          "replayed). chunks=1 times each conv as the course did (device sync, host clock, the conv, device sync);\n"
+          "chunks>1 splits the batch over `streams` streams (copies in order overlap compute) and times convs by\n"
+          "events; from pinned memory the same chunked pass the second time on is one replayed CUDA graph\n"
+          "(replayed=True).\n"
           "A batch too large for the GPU is split into passes automatically (passes > 1).")
       .def(
           "forward_resident",

@@ -19,6 +19,7 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .rtol = 1e-2,
     .launch = student::run_gpu,
     .supports = student::why_unsupported,
+    .graph_capturable = false,  // a student's code may keep buffers between calls
     .roles = {.m3 = on_request("the student's file: runs only when named with --impl gpu-student"),
               .m4 = on_request("the student's file: runs only when named with --impl gpu-student"),
               .final = on_request("the student's file: runs only when named with --impl gpu-student")},

@@ -15,7 +15,7 @@ from ..plan import Plan, conv_sites, plan
 from .timing import batch_stats, host_timed, time_cuda_events
 
 # The pipeline shapes the end-to-end bench sweeps (the final plan's chunks and streams were chosen from it).
-PIPELINE_CHUNKS = (1, 2, 3, 4, 5, 6, 8, 16)
+PIPELINE_CHUNKS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32)
 PIPELINE_STREAMS = (2, 4)
 
 

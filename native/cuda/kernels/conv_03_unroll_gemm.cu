@@ -123,6 +123,7 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .summary = "explicit unroll (im2col) into a global buffer, then a shared-memory tiled GEMM",
     .launch = conv_fwd_gpu_unroll_gemm,
     .supports = conv_supports_gpu_unroll_gemm,
+    .graph_capturable = false,  // the unrolled buffer grows (moves) when a larger layer comes
     .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
 });
 

@@ -111,13 +111,28 @@ class Stream {
 
 class Event {
  public:
-  Event() { CUDA_CHECK(cudaEventCreate(&e_)); }
+  // flags: cudaEventDisableTiming for an event that only orders streams (cheaper to record and wait on)
+  explicit Event(unsigned flags = cudaEventDefault) { CUDA_CHECK(cudaEventCreateWithFlags(&e_, flags)); }
   ~Event() { if (e_) cudaEventDestroy(e_); }
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
   Event(Event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
   cudaEvent_t get() const { return e_; }
-  void record(cudaStream_t s = nullptr) { CUDA_CHECK(cudaEventRecord(e_, s)); }
+  // A timing mark. Inside a stream capture it becomes an event-record node of the graph (the event is recorded
+  // each time the graph runs); a plain cudaEventRecord there would only order the capture's streams.
+  void record(cudaStream_t s = nullptr) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (s) CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
+    if (cs == cudaStreamCaptureStatusActive)
+      CUDA_CHECK(cudaEventRecordWithFlags(e_, s, cudaEventRecordExternal));
+    else
+      CUDA_CHECK(cudaEventRecord(e_, s));
+  }
+  // `waiter` waits for the work queued on `s` before this call (both captured: an edge of the graph).
+  void order(cudaStream_t s, cudaStream_t waiter) {
+    CUDA_CHECK(cudaEventRecord(e_, s));
+    CUDA_CHECK(cudaStreamWaitEvent(waiter, e_, 0));
+  }
   // milliseconds from `start` to this event (both recorded, this one synchronised first)
   float since(const Event& start) const {
     CUDA_CHECK(cudaEventSynchronize(e_));
@@ -128,6 +143,29 @@ class Event {
 
  private:
   cudaEvent_t e_ = nullptr;
+};
+
+// An instantiated CUDA graph.
+class GraphExec {
+ public:
+  GraphExec() = default;
+  explicit GraphExec(cudaGraph_t g) { CUDA_CHECK(cudaGraphInstantiate(&e_, g, 0)); }
+  ~GraphExec() { if (e_) cudaGraphExecDestroy(e_); }
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+  GraphExec(GraphExec&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  GraphExec& operator=(GraphExec&& o) noexcept {
+    if (this != &o) {
+      if (e_) cudaGraphExecDestroy(e_);
+      e_ = std::exchange(o.e_, nullptr);
+    }
+    return *this;
+  }
+  explicit operator bool() const { return e_ != nullptr; }
+  void launch(cudaStream_t s) const { CUDA_CHECK(cudaGraphLaunch(e_, s)); }
+
+ private:
+  cudaGraphExec_t e_ = nullptr;
 };
 
 }  // namespace pyconv

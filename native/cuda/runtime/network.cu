@@ -175,6 +175,9 @@ void GpuNetwork::size_lane(Lane& L, int64_t rows, bool u8_input, int64_t max_ele
 }
 
 void GpuNetwork::release_activations() noexcept {
+  graph_ = GraphExec();  // it points into the buffers below
+  graph_key_ = seen_key_ = GraphKey();
+  pass_in_ = DeviceBuffer<uint8_t>();
   for (auto& L : lanes_) {
     L->a = DeviceBuffer<float>();
     L->b = DeviceBuffer<float>();
@@ -297,7 +300,52 @@ bool is_pinned(const void* p) {
 }
 }  // namespace
 
-void GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks,
+GpuNetwork::GraphKey GpuNetwork::graph_key(const Chunking& ck, const uint8_t* src, InputType type,
+                                           const Plan& plan, const int32_t* labels_dst) const {
+  GraphKey k;
+  k.sizes = {ck.rows, ck.chunk_rows, int64_t(ck.nlanes), int64_t(type), int64_t(fc_math_)};
+  k.ptrs = {src, labels_dst, pass_in_.get()};
+  for (const Step& st : plan.steps) k.ptrs.push_back(st.variant);
+  for (size_t l = 0; l < ck.nlanes; ++l) {
+    const Lane& L = *lanes_[l];
+    k.ptrs.insert(k.ptrs.end(), {L.a.get(), L.b.get(), L.labels.get()});
+  }
+  return k;
+}
+
+void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint8_t* pageable, InputType type,
+                              const Plan& plan, int32_t* labels_dst) {
+  const cudaStream_t cs = copy_stream_->get();
+  const auto copy = [&](int64_t c) {
+    const int64_t r0 = c * ck.chunk_rows, rc = std::min(ck.chunk_rows, ck.rows - r0);
+    const size_t off = size_t(r0) * ck.in_bytes, bytes = size_t(rc) * ck.in_bytes;
+    // Pageable images: this part is copied into pinned staging just before its upload is queued, so the host
+    // copy of part i+1 overlaps the GPU's work on part i (measured on an H200: a whole-batch host copy first
+    // cost ~3 ms of the sp19 model's ~5 ms).
+    if (pageable) std::memcpy(staging_.get() + off, pageable + off, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(pass_in_.get() + off, src + off, bytes, cudaMemcpyHostToDevice, cs));
+    CUDA_CHECK(cudaEventRecord(copied_[size_t(c)].get(), cs));
+  };
+  // From pinned memory every copy is queued first: the copy engine then runs the whole batch back to back while
+  // the host queues the compute.
+  if (!pageable)
+    for (int64_t c = 0; c < ck.nchunks; ++c) copy(c);
+  std::vector<double> unused;
+  for (int64_t c = 0; c < ck.nchunks; ++c) {
+    if (pageable) copy(c);
+    Lane& L = *lanes_[size_t(c) % ck.nlanes];
+    const cudaStream_t st = L.stream.get();
+    const int64_t r0 = c * ck.chunk_rows, rc = std::min(ck.chunk_rows, ck.rows - r0);
+    CUDA_CHECK(cudaStreamWaitEvent(st, copied_[size_t(c)].get(), 0));
+    const StagedInput in = stage_input(L, plan, pass_in_.get() + size_t(r0) * ck.in_bytes, type, rc, true, nullptr);
+    run_lane(L, rc, plan, Timing::Events, unused, &chunk_events_[size_t(c)], in.host_x, in.x_u8);
+    CUDA_CHECK(cudaMemcpyAsync(labels_dst + r0, L.labels.get(), size_t(rc) * sizeof(int32_t),
+                               cudaMemcpyDeviceToHost, st));
+  }
+  for (size_t l = 0; l < ck.nlanes; ++l) joined_[l].order(lanes_[l]->stream.get(), cs);
+}
+
+bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks,
                           int streams, int32_t* labels_out, std::vector<double>& op_seconds) {
   const int64_t in_elems = C_ * H_ * W_;
   const size_t in_bytes = size_t(in_elems) * (type == InputType::U8 ? 1 : sizeof(float));
@@ -305,57 +353,95 @@ void GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
   const int64_t chunk_rows = (rows + want - 1) / want;
   const int64_t nchunks = (rows + chunk_rows - 1) / chunk_rows;
   const size_t nlanes = size_t(std::min<int64_t>(streams, nchunks));
-  const bool u8_on_device = type == InputType::U8 && !plan.host_input;
+
+  if (nchunks == 1 || plan.host_input) {
+    // One launch per layer, timed as the course did (or a host-input variant, which streams the images itself).
+    ensure_lanes(1);
+    Lane& L = *lanes_[0];
+    const bool u8_on_device = type == InputType::U8 && !plan.host_input;
+    size_lane(L, rows, u8_on_device, plan.max_elems);
+    note_peak();
+    const float* host_x = plan.host_input ? stage_host_input(images, type, rows) : nullptr;
+    const StagedInput in = stage_input(L, plan, images, type, rows, false, host_x);
+    run_lane(L, rows, plan, Timing::HostSync, op_seconds, nullptr, in.host_x, in.x_u8);
+    CUDA_CHECK(cudaMemcpyAsync(labels_out, L.labels.get(), size_t(rows) * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                               L.stream.get()));
+    CUDA_CHECK(cudaStreamSynchronize(L.stream.get()));
+    return false;
+  }
 
   ensure_lanes(nlanes);
-  for (size_t l = 0; l < nlanes; ++l) size_lane(*lanes_[l], chunk_rows, u8_on_device, plan.max_elems);
+  if (!copy_stream_) copy_stream_.emplace();
+  for (size_t l = 0; l < nlanes; ++l) size_lane(*lanes_[l], chunk_rows, false, plan.max_elems);
+  pass_in_.resize(size_t(rows) * in_bytes);
   note_peak();
+  labels_host_.resize(size_t(rows));
+  // Events are kept between calls: creating them here would put host calls before the first copy is queued.
+  if (chunk_events_.size() < size_t(nchunks)) chunk_events_.resize(size_t(nchunks));
+  for (auto& ev : chunk_events_)
+    while (ev.size() < 2 * conv_count_) ev.emplace_back();
+  while (copied_.size() < size_t(nchunks)) copied_.emplace_back(cudaEventDisableTiming);
+  while (joined_.size() < nlanes) joined_.emplace_back(cudaEventDisableTiming);
 
-  // Host side of the pass: a host-input variant needs float32 pinned images; chunked copies need pinned memory to
-  // overlap with compute; one chunk copies straight from the caller's (pageable) array.
-  const uint8_t* src = images;
-  const float* host_x = nullptr;
-  if (plan.host_input) {
-    host_x = stage_host_input(images, type, rows);
-  } else if (nchunks > 1 && !is_pinned(images)) {
-    // Pageable images: each chunk is copied into pinned staging just before its upload is queued, so the host
-    // copy of chunk i+1 overlaps the GPU's work on chunk i. Images already in pinned memory are read in place
-    // (measured on an H200: a whole-batch host copy first cost ~3 ms of the sp19 model's ~5 ms).
-    staging_.resize(size_t(rows) * in_bytes);
-    src = staging_.get();
+  // Images already in pinned memory are read in place; pageable ones go through pinned staging, part by part.
+  const bool pinned = is_pinned(images);
+  if (!pinned) staging_.resize(size_t(rows) * in_bytes);
+  const uint8_t* src = pinned ? images : staging_.get();
+  const Chunking ck{rows, chunk_rows, nchunks, nlanes, in_bytes};
+  const cudaStream_t cs = copy_stream_->get();
+  // Lanes wait for the copy stream's earlier work (the previous pass is finished; this orders the capture too).
+  for (size_t l = 0; l < nlanes; ++l) joined_[l].order(cs, lanes_[l]->stream.get());
+
+  bool replayed = false;
+  const bool capturable = pinned && std::all_of(plan.steps.begin(), plan.steps.end(), [](const Step& st) {
+    return !st.variant || st.variant->graph_capturable;
+  });
+  if (capturable) {
+    GraphKey key = graph_key(ck, src, type, plan, labels_host_.get());
+    if (!(graph_ && key == graph_key_) && key == seen_key_ && !graph_refused_) {
+      // The second time this pass comes: capture it. Thread-local mode: an allocation or a synchronisation
+      // inside a variant fails the capture instead of running, and the pass then runs without a graph.
+      graph_ = GraphExec();
+      CUDA_CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+      cudaGraph_t g = nullptr;
+      try {
+        queue_chunks(ck, src, nullptr, type, plan, labels_host_.get());
+      } catch (const CudaError&) {
+        graph_refused_ = true;
+      } catch (...) {
+        cudaStreamEndCapture(cs, &g);
+        if (g) cudaGraphDestroy(g);
+        throw;
+      }
+      const cudaError_t end = cudaStreamEndCapture(cs, &g);
+      if (end != cudaSuccess || !g) graph_refused_ = true;
+      if (!graph_refused_) {
+        try {
+          graph_ = GraphExec(g);
+          graph_key_ = key;
+        } catch (const CudaError&) {
+          graph_refused_ = true;
+        }
+      }
+      if (g) cudaGraphDestroy(g);
+      cudaGetLastError();  // a refused capture leaves its error behind; the pass runs below without a graph
+    }
+    if (graph_ && key == graph_key_) {
+      graph_.launch(cs);
+      replayed = true;
+    } else if (key != seen_key_) {
+      seen_key_ = std::move(key);
+      graph_refused_ = false;
+    }
   }
-  int32_t* labels_dst = labels_out;
-  if (nchunks > 1) {
-    labels_host_.resize(size_t(rows));
-    labels_dst = labels_host_.get();
-  }
-
-  const Timing timing = nchunks == 1 ? Timing::HostSync : Timing::Events;
-  // The chunks' op-time events are kept between calls: creating them here would put 2 x convs x chunks
-  // cudaEventCreate calls on the host before the first copy is queued.
-  const size_t nev = timing == Timing::Events ? size_t(nchunks) : 0;
-  if (chunk_events_.size() < nev) chunk_events_.resize(nev);
-  for (size_t c = 0; c < nev; ++c)
-    while (chunk_events_[c].size() < 2 * conv_count_) chunk_events_[c].emplace_back();
-
+  if (!replayed) queue_chunks(ck, src, pinned ? nullptr : images, type, plan, labels_host_.get());
+  CUDA_CHECK(cudaStreamSynchronize(cs));  // every lane is joined into the copy stream
   for (int64_t c = 0; c < nchunks; ++c) {
-    Lane& L = *lanes_[size_t(c) % nlanes];
-    const cudaStream_t st = L.stream.get();
-    const int64_t r0 = c * chunk_rows, rc = std::min(chunk_rows, rows - r0);
-    if (!plan.host_input && src != images)
-      std::memcpy(staging_.get() + size_t(r0) * in_bytes, images + size_t(r0) * in_bytes, size_t(rc) * in_bytes);
-    const StagedInput in = stage_input(L, plan, src + size_t(r0) * in_bytes, type, rc, false,
-                                       host_x ? host_x + r0 * in_elems : nullptr);
-    run_lane(L, rc, plan, timing, op_seconds, nev ? &chunk_events_[size_t(c)] : nullptr, in.host_x, in.x_u8);
-    CUDA_CHECK(cudaMemcpyAsync(labels_dst + r0, L.labels.get(), size_t(rc) * sizeof(int32_t),
-                               cudaMemcpyDeviceToHost, st));
-  }
-  for (size_t l = 0; l < nlanes; ++l) CUDA_CHECK(cudaStreamSynchronize(lanes_[l]->stream.get()));
-  for (size_t c = 0; c < nev; ++c) {
-    const std::vector<Event>& ev = chunk_events_[c];
+    const std::vector<Event>& ev = chunk_events_[size_t(c)];
     for (size_t ci = 0; ci < conv_count_; ++ci) op_seconds[ci] += double(ev[2 * ci + 1].since(ev[2 * ci])) / 1e3;
   }
-  if (labels_dst != labels_out) std::memcpy(labels_out, labels_dst, size_t(rows) * sizeof(int32_t));
+  std::memcpy(labels_out, labels_host_.get(), size_t(rows) * sizeof(int32_t));
+  return replayed;
 }
 
 ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n,
@@ -374,19 +460,22 @@ ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n,
   while (done < n) {
     const int64_t rows = std::min(pass_rows, n - done);
     std::vector<double> pass_seconds(conv_count_, 0.0);  // kept only if the pass completes
+    bool replayed = false;
     try {
-      run_pass(img + size_t(done) * in_bytes, type, rows, plan, chunks, streams, r.labels.data() + done,
+      replayed = run_pass(img + size_t(done) * in_bytes, type, rows, plan, chunks, streams, r.labels.data() + done,
                pass_seconds);
     } catch (const CudaError& e) {
       if (e.code != cudaErrorMemoryAllocation) throw;
       // Let queued work finish before its buffers go, then retry this part of the batch in halves.
       for (auto& L : lanes_) cudaStreamSynchronize(L->stream.get());
+      if (copy_stream_) cudaStreamSynchronize(copy_stream_->get());
       release_activations();
       if (rows == 1) throw;
       pass_rows = (rows + 1) / 2;
       continue;
     }
     for (size_t i = 0; i < conv_count_; ++i) r.op_seconds[i] += pass_seconds[i];
+    r.replayed = (r.passes == 0 || r.replayed) && replayed;
     done += rows;
     ++r.passes;
     r.rows_per_pass = std::max(r.rows_per_pass, rows);

@@ -8,10 +8,17 @@
 //   - chunks = 1 (the course's measurement): the batch is one launch per layer, and each conv's op time is
 //     cudaDeviceSynchronize, host steady_clock, the conv launch, cudaDeviceSynchronize, host clock. For a fused
 //     variant the op time covers conv + tanh + pool.
-//   - chunks > 1: the batch is split into `chunks` parts queued round-robin on `streams` streams, each part's
-//     images copied from pinned memory while another part computes. No device-wide synchronisation then
-//     (it would serialise the streams): each conv's op time is the sum over parts of CUDA-event time around
-//     that part's conv launch, which may include time shared with the other streams' work.
+//   - chunks > 1 (unless the first conv's variant reads host memory itself: that pass runs whole, timed as
+//     chunks = 1): the batch is split into `chunks` parts. Their copies run back to back, in order, on a copy
+//     stream of their own into one device buffer for the pass; each part computes on one of `streams` streams
+//     (round-robin) as soon as its copy has landed. So the copy engine never waits for compute, and compute
+//     starts after the first part's copy, not the whole batch's. No device-wide synchronisation (it would
+//     serialise the streams): each conv's op time is the sum over parts of CUDA-event time around that part's
+//     conv launch, which may include time shared with the other streams' work.
+//   - From pinned memory, a chunked pass whose variants are all graph_capturable is captured into one CUDA graph
+//     the second time the same pass comes (same sizes, pointers, variants and FC math; the first run is plain,
+//     and warms what a variant sets up once) and replayed after: one launch on the host instead of ~10 per
+//     part, which at 8 or more parts is what set the pace. ForwardResult::replayed says whether it was.
 //   - uint8 images: when the first layer's variant reads uint8 itself (launch_u8), it gets the raw images;
 //     otherwise one kernel widens them to float32 first.
 //   - The fully connected layers run in FP32 (cublasSgemm) unless set_fc_math(FcMath::TF32) (see layers.cuh). A
@@ -28,6 +35,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +62,7 @@ struct ForwardResult {
   size_t peak_bytes = 0;           // device bytes held by this network's buffers (weights included), at most
   int passes = 0;                  // > 1 when the batch was split because it did not fit
   int64_t rows_per_pass = 0;
+  bool replayed = false;           // every pass ran as a replayed CUDA graph
 };
 
 class GpuNetwork {
@@ -135,8 +144,27 @@ class GpuNetwork {
   // timing == Events.
   const float* run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing, std::vector<double>& op_seconds,
                         std::vector<Event>* events, const float* host_x, const uint8_t* x_u8);
-  void run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks, int streams,
+  // Returns true when the pass ran as a replayed graph.
+  bool run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks, int streams,
                 int32_t* labels_out, std::vector<double>& op_seconds);
+  // The chunked pass (chunks > 1, see forward): copies on copy_stream_ into pass_in_, compute on the lanes.
+  // src: the images in pinned memory, or staging_ that each part's pageable images are copied into first
+  // (pageable != nullptr). Ends with every lane joined back into copy_stream_.
+  struct Chunking {
+    int64_t rows, chunk_rows, nchunks;
+    size_t nlanes, in_bytes;
+  };
+  void queue_chunks(const Chunking& ck, const uint8_t* src, const uint8_t* pageable, InputType type,
+                    const Plan& plan, int32_t* labels_dst);
+  // What a captured pass depends on: when all of it is unchanged, the graph replays the same work.
+  struct GraphKey {
+    std::vector<const void*> ptrs;
+    std::vector<int64_t> sizes;
+    bool operator==(const GraphKey& o) const { return ptrs == o.ptrs && sizes == o.sizes; }
+    bool operator!=(const GraphKey& o) const { return !(*this == o); }
+  };
+  GraphKey graph_key(const Chunking& ck, const uint8_t* src, InputType type, const Plan& plan,
+                     const int32_t* labels_dst) const;
   // Where a lane's first layer finds its images (run_lane's host_x and x_u8).
   struct StagedInput {
     const float* host_x = nullptr;  // a host-input variant's float32 images in pinned memory
@@ -162,6 +190,15 @@ class GpuNetwork {
   PinnedBuffer<float> staging_f32_;  // the pass's images as float, for a host-input variant
   PinnedBuffer<int32_t> labels_host_;
   std::vector<std::vector<Event>> chunk_events_;  // [chunk][2 per conv]: run_pass's op-time events, reused
+  std::optional<Stream> copy_stream_;             // a chunked pass's host-to-device copies, in order (made at the
+                                                  // first chunked pass: the constructor touches no GPU)
+  DeviceBuffer<uint8_t> pass_in_;                 // a chunked pass's images on the device
+  std::vector<Event> copied_;                     // [chunk]: its images have landed in pass_in_
+  std::vector<Event> joined_;                     // [lane]: its last part is done (copy_stream_ waits on it)
+  GraphExec graph_;                               // the captured chunked pass ...
+  GraphKey graph_key_;                            // ... and what it was captured for
+  GraphKey seen_key_;                             // the last chunked pass that ran without a graph
+  bool graph_refused_ = false;                    // capturing seen_key_'s pass failed: it runs without a graph
   size_t peak_bytes_ = 0;
   FcMath fc_math_ = FcMath::FP32;
 };

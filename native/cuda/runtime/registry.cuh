@@ -55,6 +55,12 @@ struct GpuConvVariant {
   ConvLaunchU8Fn launch_u8 = nullptr;
   ConvSupportsFn supports = nullptr;  // nullptr: every valid shape
   const TunableFamily* tunable = nullptr;  // optional: its configurations, for the per-shape sweep
+  // A network may capture this launcher's work once into a CUDA graph and replay it while its arguments stay
+  // the same (the chunked pipeline from pinned memory, GpuNetwork). False for a launcher whose work points into
+  // memory it may move on a later call (a buffer it grows), or whose code is not the project's (the student's).
+  // Allocating or synchronising inside the launch needs no flag: stream capture refuses both, and the network
+  // then runs the pass without a graph.
+  bool graph_capturable = true;
   GpuRoles roles;
   const char* source = "";  // filled by the registrar: the file that registered it
 
