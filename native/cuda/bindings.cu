@@ -309,12 +309,12 @@ PYBIND11_MODULE(_gpu, m) {
       .def(
           "forward",
           [](PyNetwork& self, const py::array& images, const std::vector<std::string>& impls, int chunks,
-             int streams) {
+             int streams, bool op_times) {
             const InputType t = check_images(images, self.input_shape);
             ForwardResult r;
             {
               py::gil_scoped_release release;
-              r = self.net->forward(images.data(), t, images.shape(0), impls, chunks, streams);
+              r = self.net->forward(images.data(), t, images.shape(0), impls, chunks, streams, op_times);
             }
             py::array_t<int32_t> labels(py::ssize_t(r.labels.size()));
             std::memcpy(labels.mutable_data(), r.labels.data(), r.labels.size() * sizeof(int32_t));
@@ -328,12 +328,14 @@ PYBIND11_MODULE(_gpu, m) {
             return d;
           },
           py::arg("images"), py::arg("impls"), py::arg("chunks") = 1, py::arg("streams") = 2,
+          py::arg("op_times") = true,
           "Predicted labels of images[N][C][H][W] (uint8 or float32). impls: one registry variant per conv layer.\n"
           "Returns dict(labels=int32[N], op_times=[seconds per conv layer], peak_bytes, passes, rows_per_pass,\n"
           "replayed). chunks=1 times each conv as the course did (device sync, host clock, the conv, device sync);\n"
           "chunks>1 splits the batch over `streams` streams (copies in order overlap compute) and times convs by\n"
           "events; from pinned memory the same chunked pass the second time on is one replayed CUDA graph\n"
-          "(replayed=True).\n"
+          "(replayed=True). op_times=False: no per-layer timing (op_times is then empty), which also takes the\n"
+          "timing's own cost out of the pass.\n"
           "A batch too large for the GPU is split into passes automatically (passes > 1).")
       .def(
           "forward_resident",

@@ -246,6 +246,8 @@ class Measured(Record):
     resident_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
     pinned_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
     pageable_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
+    # pinned_ms without per-layer timing (files before it have none: their pinned_ms had the op-time events)
+    pinned_op_times_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
     correctness: float | None = None
     pinned_correctness: float | None = None
     passes: int | None = None

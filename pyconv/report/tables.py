@@ -317,6 +317,9 @@ def end_to_end_table(result: BenchResult) -> Table:
         if e.copy_floor_ms is not None:
             t.notes.append(f"{e.model} copy floor (the uint8 batch, pinned host-to-device): "
                            f"{_ms(e.copy_floor_ms)} ms")
+        if e.pyconv.pinned_op_times_ms is not None:
+            t.notes.append(f"{e.model} pyconv pinned ms without per-layer timing; with the op-time events the final "
+                           f"milestone prints its Op Time lines from: {_ms(e.pyconv.pinned_op_times_ms)} ms")
         eager_pinned = e.pytorch.pinned_ms.median if e.pytorch.pinned_ms else None
         for who, d in (*whos, *theirs):
             if d.error is not None:

@@ -300,10 +300,19 @@ bool is_pinned(const void* p) {
 }
 }  // namespace
 
+std::vector<int64_t> GpuNetwork::chunk_starts(int64_t rows, int chunks) {
+  const int64_t per = (rows + std::min<int64_t>(chunks, rows) - 1) / std::min<int64_t>(chunks, rows);
+  std::vector<int64_t> at;
+  for (int64_t r = 0; r < rows; r += per) at.push_back(r);
+  at.push_back(rows);
+  return at;
+}
+
 GpuNetwork::GraphKey GpuNetwork::graph_key(const Chunking& ck, const uint8_t* src, InputType type,
                                            const Plan& plan, const int32_t* labels_dst) const {
   GraphKey k;
-  k.sizes = {ck.rows, ck.chunk_rows, int64_t(ck.nlanes), int64_t(type), int64_t(fc_math_)};
+  k.sizes = {int64_t(ck.nlanes), int64_t(type), int64_t(fc_math_), int64_t(ck.timing)};
+  k.sizes.insert(k.sizes.end(), ck.at.begin(), ck.at.end());
   k.ptrs = {src, labels_dst, pass_in_.get()};
   for (const Step& st : plan.steps) k.ptrs.push_back(st.variant);
   for (size_t l = 0; l < ck.nlanes; ++l) {
@@ -317,7 +326,7 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
                               const Plan& plan, int32_t* labels_dst) {
   const cudaStream_t cs = copy_stream_->get();
   const auto copy = [&](int64_t c) {
-    const int64_t r0 = c * ck.chunk_rows, rc = std::min(ck.chunk_rows, ck.rows - r0);
+    const int64_t r0 = ck.at[size_t(c)], rc = ck.at[size_t(c) + 1] - r0;
     const size_t off = size_t(r0) * ck.in_bytes, bytes = size_t(rc) * ck.in_bytes;
     // Pageable images: this part is copied into pinned staging just before its upload is queued, so the host
     // copy of part i+1 overlaps the GPU's work on part i (measured on an H200: a whole-batch host copy first
@@ -335,10 +344,10 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
     if (pageable) copy(c);
     Lane& L = *lanes_[size_t(c) % ck.nlanes];
     const cudaStream_t st = L.stream.get();
-    const int64_t r0 = c * ck.chunk_rows, rc = std::min(ck.chunk_rows, ck.rows - r0);
+    const int64_t r0 = ck.at[size_t(c)], rc = ck.at[size_t(c) + 1] - r0;
     CUDA_CHECK(cudaStreamWaitEvent(st, copied_[size_t(c)].get(), 0));
     const StagedInput in = stage_input(L, plan, pass_in_.get() + size_t(r0) * ck.in_bytes, type, rc, true, nullptr);
-    run_lane(L, rc, plan, Timing::Events, unused, &chunk_events_[size_t(c)], in.host_x, in.x_u8);
+    run_lane(L, rc, plan, ck.timing, unused, &chunk_events_[size_t(c)], in.host_x, in.x_u8);
     CUDA_CHECK(cudaMemcpyAsync(labels_dst + r0, L.labels.get(), size_t(rc) * sizeof(int32_t),
                                cudaMemcpyDeviceToHost, st));
   }
@@ -346,12 +355,11 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
 }
 
 bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks,
-                          int streams, int32_t* labels_out, std::vector<double>& op_seconds) {
+                          int streams, bool op_times, int32_t* labels_out, std::vector<double>& op_seconds) {
   const int64_t in_elems = C_ * H_ * W_;
   const size_t in_bytes = size_t(in_elems) * (type == InputType::U8 ? 1 : sizeof(float));
-  const int64_t want = std::min<int64_t>(chunks, rows);
-  const int64_t chunk_rows = (rows + want - 1) / want;
-  const int64_t nchunks = (rows + chunk_rows - 1) / chunk_rows;
+  const std::vector<int64_t> at = chunk_starts(rows, chunks);
+  const int64_t nchunks = int64_t(at.size()) - 1;
   const size_t nlanes = size_t(std::min<int64_t>(streams, nchunks));
 
   if (nchunks == 1 || plan.host_input) {
@@ -363,12 +371,14 @@ bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
     note_peak();
     const float* host_x = plan.host_input ? stage_host_input(images, type, rows) : nullptr;
     const StagedInput in = stage_input(L, plan, images, type, rows, false, host_x);
-    run_lane(L, rows, plan, Timing::HostSync, op_seconds, nullptr, in.host_x, in.x_u8);
+    run_lane(L, rows, plan, op_times ? Timing::HostSync : Timing::None, op_seconds, nullptr, in.host_x, in.x_u8);
     CUDA_CHECK(cudaMemcpyAsync(labels_out, L.labels.get(), size_t(rows) * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                L.stream.get()));
     CUDA_CHECK(cudaStreamSynchronize(L.stream.get()));
     return false;
   }
+  int64_t chunk_rows = 0;
+  for (int64_t c = 0; c < nchunks; ++c) chunk_rows = std::max(chunk_rows, at[size_t(c) + 1] - at[size_t(c)]);
 
   ensure_lanes(nlanes);
   if (!copy_stream_) copy_stream_.emplace();
@@ -387,7 +397,7 @@ bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
   const bool pinned = is_pinned(images);
   if (!pinned) staging_.resize(size_t(rows) * in_bytes);
   const uint8_t* src = pinned ? images : staging_.get();
-  const Chunking ck{rows, chunk_rows, nchunks, nlanes, in_bytes};
+  const Chunking ck{at, nchunks, nlanes, in_bytes, op_times ? Timing::Events : Timing::None};
   const cudaStream_t cs = copy_stream_->get();
   // Lanes wait for the copy stream's earlier work (the previous pass is finished; this orders the capture too).
   for (size_t l = 0; l < nlanes; ++l) joined_[l].order(cs, lanes_[l]->stream.get());
@@ -436,7 +446,7 @@ bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
   }
   if (!replayed) queue_chunks(ck, src, pinned ? nullptr : images, type, plan, labels_host_.get());
   CUDA_CHECK(cudaStreamSynchronize(cs));  // every lane is joined into the copy stream
-  for (int64_t c = 0; c < nchunks; ++c) {
+  for (int64_t c = 0; c < nchunks && op_times; ++c) {
     const std::vector<Event>& ev = chunk_events_[size_t(c)];
     for (size_t ci = 0; ci < conv_count_; ++ci) op_seconds[ci] += double(ev[2 * ci + 1].since(ev[2 * ci])) / 1e3;
   }
@@ -445,7 +455,7 @@ bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
 }
 
 ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n,
-                                  const std::vector<std::string>& impls, int chunks, int streams) {
+                                  const std::vector<std::string>& impls, int chunks, int streams, bool op_times) {
   if (n < 1) throw std::invalid_argument("forward: need at least one image");
   if (chunks < 1 || streams < 1) throw std::invalid_argument("forward: chunks and streams must be >= 1");
   CUDA_CHECK(cudaSetDevice(device_));
@@ -462,8 +472,8 @@ ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n,
     std::vector<double> pass_seconds(conv_count_, 0.0);  // kept only if the pass completes
     bool replayed = false;
     try {
-      replayed = run_pass(img + size_t(done) * in_bytes, type, rows, plan, chunks, streams, r.labels.data() + done,
-               pass_seconds);
+      replayed = run_pass(img + size_t(done) * in_bytes, type, rows, plan, chunks, streams, op_times,
+                          r.labels.data() + done, pass_seconds);
     } catch (const CudaError& e) {
       if (e.code != cudaErrorMemoryAllocation) throw;
       // Let queued work finish before its buffers go, then retry this part of the batch in halves.
@@ -481,6 +491,7 @@ ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n,
     r.rows_per_pass = std::max(r.rows_per_pass, rows);
   }
   r.peak_bytes = peak_bytes_;
+  if (!op_times) r.op_seconds.clear();
   return r;
 }
 

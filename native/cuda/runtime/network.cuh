@@ -72,8 +72,11 @@ class GpuNetwork {
   GpuNetwork(const GpuNetwork&) = delete;
   GpuNetwork& operator=(const GpuNetwork&) = delete;
 
+  // op_times = false: no per-layer timing at all (no device synchronisation around each conv with one chunk, no
+  // CUDA events between the layers of a chunked pass: each costs time of its own, tens of microseconds per part in
+  // a replayed graph); ForwardResult::op_seconds is then empty.
   ForwardResult forward(const void* images, InputType type, int64_t n, const std::vector<std::string>& impls,
-                        int chunks = 1, int streams = 2);
+                        int chunks = 1, int streams = 2, bool op_times = true);
   // The images stay on the device; each rep times the whole network (conversion, every layer, argmax) by
   // CUDA events on one stream. Returns milliseconds per rep.
   std::vector<float> forward_resident(const void* images, InputType type, int64_t n,
@@ -146,13 +149,17 @@ class GpuNetwork {
                         std::vector<Event>* events, const float* host_x, const uint8_t* x_u8);
   // Returns true when the pass ran as a replayed graph.
   bool run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks, int streams,
-                int32_t* labels_out, std::vector<double>& op_seconds);
+                bool op_times, int32_t* labels_out, std::vector<double>& op_seconds);
+  // Where each part of a chunked pass starts: chunks + 1 offsets from 0 to rows.
+  static std::vector<int64_t> chunk_starts(int64_t rows, int chunks);
   // The chunked pass (chunks > 1, see forward): copies on copy_stream_ into pass_in_, compute on the lanes.
   // src: the images in pinned memory, or staging_ that each part's pageable images are copied into first
   // (pageable != nullptr). Ends with every lane joined back into copy_stream_.
   struct Chunking {
-    int64_t rows, chunk_rows, nchunks;
+    std::vector<int64_t> at;  // chunk_starts
+    int64_t nchunks;
     size_t nlanes, in_bytes;
+    Timing timing;  // None or Events
   };
   void queue_chunks(const Chunking& ck, const uint8_t* src, const uint8_t* pageable, InputType type,
                     const Plan& plan, int32_t* labels_dst);
