@@ -43,8 +43,10 @@ PRECISIONS = ("auto", "fp32", "reduced")
 
 # `final` streams the batch through the network in chunks on several CUDA streams (the copy of chunk i+1 overlaps
 # the compute of chunk i). Chosen from the pipeline sweep of `invoke bench --end-to-end` on an H200 (sp19, batch
-# 10000, pinned: the "pipeline" rows of results/bench-e2e-nvidia-h200-2026-11-22.json): 4 chunks on 4 streams was
-# the fastest shape; more chunks cost more host-side launches than they hide.
+# 10000, pinned: the "pipeline" rows). In results/bench-e2e-nvidia-h200-2026-11-22.json, 4 chunks on 4 streams was
+# the fastest shape and more chunks cost more host-side launches than they hid. With the chunked pass replayed as
+# one CUDA graph (results/bench-e2e-nvidia-h200-2026-11-24-sp19-graph.json), 4 to 8 chunks on 4 streams and 4-5 on
+# 2 are within 0.01 ms of each other: 4 on 4 stays.
 FINAL_CHUNKS = 4
 STREAMS = 4
 

@@ -400,6 +400,15 @@ def test_chunked_pass_from_pinned_memory_replays_one_graph(sp19):
     again = net.forward(xp, impls, chunks=5, streams=3)
     assert again["replayed"]
     np.testing.assert_array_equal(again["labels"], runs[0]["labels"][::-1])
+    # Without per-layer timing: no op times, the same labels.
+    untimed = [net.forward(xp, impls, chunks=5, streams=3, op_times=False) for _ in range(3)]
+    assert [r["replayed"] for r in untimed] == [False, True, True] and untimed[-1]["op_times"] == []
+    np.testing.assert_array_equal(untimed[-1]["labels"], again["labels"])
+    # The resident pass in parts: a time per rep, plain or replayed.
+    ms = net.forward_resident(x, impls, warmup=2, reps=3, chunks=5, streams=3)
+    assert len(ms) == 3 and all(t > 0 for t in ms)
+    with pytest.raises(ValueError, match="chunks and streams"):
+        net.forward_resident(x, impls, chunks=0)
     # Another shape of pass runs plain first, and pageable images never replay.
     other = net.forward(xp, impls, chunks=4, streams=2)
     assert not other["replayed"]

@@ -339,13 +339,17 @@ PYBIND11_MODULE(_gpu, m) {
           "A batch too large for the GPU is split into passes automatically (passes > 1).")
       .def(
           "forward_resident",
-          [](PyNetwork& self, const py::array& images, const std::vector<std::string>& impls, int warmup, int reps) {
+          [](PyNetwork& self, const py::array& images, const std::vector<std::string>& impls, int warmup, int reps,
+             int chunks, int streams) {
             const InputType t = check_images(images, self.input_shape);
             py::gil_scoped_release release;
-            return self.net->forward_resident(images.data(), t, images.shape(0), impls, warmup, reps);
+            return self.net->forward_resident(images.data(), t, images.shape(0), impls, warmup, reps, chunks,
+                                              streams);
           },
-          py::arg("images"), py::arg("impls"), py::arg("warmup") = 2, py::arg("reps") = 10,
-          "Milliseconds per rep of the whole network with the images already on the device (CUDA events).")
+          py::arg("images"), py::arg("impls"), py::arg("warmup") = 2, py::arg("reps") = 10, py::arg("chunks") = 1,
+          py::arg("streams") = 1,
+          "Milliseconds per rep of the whole network with the images already on the device (CUDA events).\n"
+          "chunks > 1: in parts on `streams` streams as forward runs them, without the copies.")
       .def(
           "logits",
           [](PyNetwork& self, const py::array& images, const std::vector<std::string>& impls) {

@@ -34,10 +34,12 @@ What is measured, and how:
 - CPU: each pyconv._cpu variant with a preallocated output, time.perf_counter around the call, median of `reps`
   (default 5) after one warm-up; PyTorch CPU conv2d with torch.set_num_threads(the OpenMP thread count).
 - End to end: the GPU engine with the final milestone's plan, on the first `batch` test images
-  (uint8, as the milestones feed them): resident (images already on the device, Network.forward_resident,
-  CUDA events), from pinned and from pageable host memory (Network.forward in one chunk: the copy in, the
-  network, the labels back, host clock around the call, which returns after a device sync); the same three for
-  the PyTorch network built from the same model (pyconv.engines.framework.build_net). Peak device memory per model.
+  (uint8, as the milestones feed them): resident (images already on the device, in final's chunks on its
+  streams without the copies, Network.forward_resident, CUDA events); from pinned host memory (Network.forward
+  with final's chunks and streams: the copies in, the network, the labels back; without per-layer timing, and
+  again with the op-time events the final milestone prints) and from pageable memory (with them, as final runs a
+  numpy batch), host clock around the call, which returns after a device sync; the same three for the PyTorch
+  network built from the same model (pyconv.engines.framework.build_net). Peak device memory per model.
 
 - Sweep (--sweep): our best correct variant against cuDNN FP32, and against cuDNN's faster of TF32 and FP16 with
   reduced precision allowed, over drawn layer shapes, without and with tanh + max-pool 2/2 after

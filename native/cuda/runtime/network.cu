@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <utility>
 
@@ -308,10 +309,10 @@ std::vector<int64_t> GpuNetwork::chunk_starts(int64_t rows, int chunks) {
   return at;
 }
 
-GpuNetwork::GraphKey GpuNetwork::graph_key(const Chunking& ck, const uint8_t* src, InputType type,
+GpuNetwork::GraphKey GpuNetwork::graph_key(const Chunking& ck, const uint8_t* src, bool on_device, InputType type,
                                            const Plan& plan, const int32_t* labels_dst) const {
   GraphKey k;
-  k.sizes = {int64_t(ck.nlanes), int64_t(type), int64_t(fc_math_), int64_t(ck.timing)};
+  k.sizes = {int64_t(ck.nlanes), int64_t(type), int64_t(fc_math_), int64_t(ck.timing), int64_t(on_device)};
   k.sizes.insert(k.sizes.end(), ck.at.begin(), ck.at.end());
   k.ptrs = {src, labels_dst, pass_in_.get()};
   for (const Step& st : plan.steps) k.ptrs.push_back(st.variant);
@@ -322,9 +323,30 @@ GpuNetwork::GraphKey GpuNetwork::graph_key(const Chunking& ck, const uint8_t* sr
   return k;
 }
 
-void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint8_t* pageable, InputType type,
-                              const Plan& plan, int32_t* labels_dst) {
+GpuNetwork::Chunking GpuNetwork::prepare_chunks(int64_t rows, int chunks, int streams, size_t in_bytes,
+                                                const Plan& plan, Timing timing) {
+  Chunking ck{chunk_starts(rows, chunks), 0, 0, in_bytes, timing};
+  ck.nchunks = int64_t(ck.at.size()) - 1;
+  ck.nlanes = size_t(std::min<int64_t>(streams, ck.nchunks));
+  int64_t chunk_rows = 0;
+  for (int64_t c = 0; c < ck.nchunks; ++c) chunk_rows = std::max(chunk_rows, ck.at[size_t(c) + 1] - ck.at[size_t(c)]);
+  ensure_lanes(ck.nlanes);
+  if (!copy_stream_) copy_stream_.emplace();
+  for (size_t l = 0; l < ck.nlanes; ++l) size_lane(*lanes_[l], chunk_rows, false, plan.max_elems);
+  // Events are kept between calls: creating them here would put host calls before the first copy is queued.
+  if (chunk_events_.size() < size_t(ck.nchunks)) chunk_events_.resize(size_t(ck.nchunks));
+  for (auto& ev : chunk_events_)
+    while (ev.size() < 2 * conv_count_) ev.emplace_back();
+  while (copied_.size() < size_t(ck.nchunks)) copied_.emplace_back(cudaEventDisableTiming);
+  while (joined_.size() < ck.nlanes) joined_.emplace_back(cudaEventDisableTiming);
+  return ck;
+}
+
+void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint8_t* pageable, bool on_device,
+                              InputType type, const Plan& plan, int32_t* labels_dst) {
   const cudaStream_t cs = copy_stream_->get();
+  // Every lane starts after the copy stream's earlier work (in a capture: the lanes join it here).
+  for (size_t l = 0; l < ck.nlanes; ++l) joined_[l].order(cs, lanes_[l]->stream.get());
   const auto copy = [&](int64_t c) {
     const int64_t r0 = ck.at[size_t(c)], rc = ck.at[size_t(c) + 1] - r0;
     const size_t off = size_t(r0) * ck.in_bytes, bytes = size_t(rc) * ck.in_bytes;
@@ -337,32 +359,81 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
   };
   // From pinned memory every copy is queued first: the copy engine then runs the whole batch back to back while
   // the host queues the compute.
-  if (!pageable)
+  if (!on_device && !pageable)
     for (int64_t c = 0; c < ck.nchunks; ++c) copy(c);
   std::vector<double> unused;
   for (int64_t c = 0; c < ck.nchunks; ++c) {
-    if (pageable) copy(c);
+    if (!on_device && pageable) copy(c);
     Lane& L = *lanes_[size_t(c) % ck.nlanes];
     const cudaStream_t st = L.stream.get();
     const int64_t r0 = ck.at[size_t(c)], rc = ck.at[size_t(c) + 1] - r0;
-    CUDA_CHECK(cudaStreamWaitEvent(st, copied_[size_t(c)].get(), 0));
-    const StagedInput in = stage_input(L, plan, pass_in_.get() + size_t(r0) * ck.in_bytes, type, rc, true, nullptr);
+    if (!on_device) CUDA_CHECK(cudaStreamWaitEvent(st, copied_[size_t(c)].get(), 0));
+    const uint8_t* part = (on_device ? src : pass_in_.get()) + size_t(r0) * ck.in_bytes;
+    const StagedInput in = stage_input(L, plan, part, type, rc, true, nullptr);
     run_lane(L, rc, plan, ck.timing, unused, &chunk_events_[size_t(c)], in.host_x, in.x_u8);
-    CUDA_CHECK(cudaMemcpyAsync(labels_dst + r0, L.labels.get(), size_t(rc) * sizeof(int32_t),
-                               cudaMemcpyDeviceToHost, st));
+    if (labels_dst)
+      CUDA_CHECK(cudaMemcpyAsync(labels_dst + r0, L.labels.get(), size_t(rc) * sizeof(int32_t),
+                                 cudaMemcpyDeviceToHost, st));
   }
   for (size_t l = 0; l < ck.nlanes; ++l) joined_[l].order(lanes_[l]->stream.get(), cs);
+}
+
+bool GpuNetwork::launch_chunks(GraphKey* key, const std::function<void()>& queue) {
+  const cudaStream_t cs = copy_stream_->get();
+  if (!key) {
+    queue();
+    return false;
+  }
+  if (!(graph_ && *key == graph_key_) && *key == seen_key_ && !graph_refused_) {
+    // The second time this pass comes: capture it. Thread-local mode: an allocation or a synchronisation inside
+    // a variant fails the capture instead of running, and the pass then runs without a graph.
+    graph_ = GraphExec();
+    CUDA_CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+    cudaGraph_t g = nullptr;
+    try {
+      queue();
+    } catch (const CudaError&) {
+      graph_refused_ = true;
+    } catch (...) {
+      cudaStreamEndCapture(cs, &g);
+      if (g) cudaGraphDestroy(g);
+      throw;
+    }
+    const cudaError_t end = cudaStreamEndCapture(cs, &g);
+    if (end != cudaSuccess || !g) graph_refused_ = true;
+    if (!graph_refused_) {
+      try {
+        graph_ = GraphExec(g);
+        graph_key_ = *key;
+      } catch (const CudaError&) {
+        graph_refused_ = true;
+      }
+    }
+    if (g) cudaGraphDestroy(g);
+    cudaGetLastError();  // a refused capture leaves its error behind; the pass runs below without a graph
+  }
+  if (graph_ && *key == graph_key_) {
+    graph_.launch(cs);
+    return true;
+  }
+  if (*key != seen_key_) {
+    seen_key_ = std::move(*key);
+    graph_refused_ = false;
+  }
+  queue();
+  return false;
+}
+
+bool GpuNetwork::capturable(const Plan& plan) {
+  return std::all_of(plan.steps.begin(), plan.steps.end(),
+                     [](const Step& st) { return !st.variant || st.variant->graph_capturable; });
 }
 
 bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks,
                           int streams, bool op_times, int32_t* labels_out, std::vector<double>& op_seconds) {
   const int64_t in_elems = C_ * H_ * W_;
   const size_t in_bytes = size_t(in_elems) * (type == InputType::U8 ? 1 : sizeof(float));
-  const std::vector<int64_t> at = chunk_starts(rows, chunks);
-  const int64_t nchunks = int64_t(at.size()) - 1;
-  const size_t nlanes = size_t(std::min<int64_t>(streams, nchunks));
-
-  if (nchunks == 1 || plan.host_input) {
+  if (std::min<int64_t>(chunks, rows) == 1 || plan.host_input) {
     // One launch per layer, timed as the course did (or a host-input variant, which streams the images itself).
     ensure_lanes(1);
     Lane& L = *lanes_[0];
@@ -377,76 +448,20 @@ bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
     CUDA_CHECK(cudaStreamSynchronize(L.stream.get()));
     return false;
   }
-  int64_t chunk_rows = 0;
-  for (int64_t c = 0; c < nchunks; ++c) chunk_rows = std::max(chunk_rows, at[size_t(c) + 1] - at[size_t(c)]);
-
-  ensure_lanes(nlanes);
-  if (!copy_stream_) copy_stream_.emplace();
-  for (size_t l = 0; l < nlanes; ++l) size_lane(*lanes_[l], chunk_rows, false, plan.max_elems);
+  const Chunking ck = prepare_chunks(rows, chunks, streams, in_bytes, plan, op_times ? Timing::Events : Timing::None);
   pass_in_.resize(size_t(rows) * in_bytes);
-  note_peak();
   labels_host_.resize(size_t(rows));
-  // Events are kept between calls: creating them here would put host calls before the first copy is queued.
-  if (chunk_events_.size() < size_t(nchunks)) chunk_events_.resize(size_t(nchunks));
-  for (auto& ev : chunk_events_)
-    while (ev.size() < 2 * conv_count_) ev.emplace_back();
-  while (copied_.size() < size_t(nchunks)) copied_.emplace_back(cudaEventDisableTiming);
-  while (joined_.size() < nlanes) joined_.emplace_back(cudaEventDisableTiming);
-
+  note_peak();
   // Images already in pinned memory are read in place; pageable ones go through pinned staging, part by part.
   const bool pinned = is_pinned(images);
   if (!pinned) staging_.resize(size_t(rows) * in_bytes);
   const uint8_t* src = pinned ? images : staging_.get();
-  const Chunking ck{at, nchunks, nlanes, in_bytes, op_times ? Timing::Events : Timing::None};
-  const cudaStream_t cs = copy_stream_->get();
-  // Lanes wait for the copy stream's earlier work (the previous pass is finished; this orders the capture too).
-  for (size_t l = 0; l < nlanes; ++l) joined_[l].order(cs, lanes_[l]->stream.get());
-
-  bool replayed = false;
-  const bool capturable = pinned && std::all_of(plan.steps.begin(), plan.steps.end(), [](const Step& st) {
-    return !st.variant || st.variant->graph_capturable;
+  GraphKey key = graph_key(ck, src, false, type, plan, labels_host_.get());
+  const bool replayed = launch_chunks(pinned && capturable(plan) ? &key : nullptr, [&] {
+    queue_chunks(ck, src, pinned ? nullptr : images, false, type, plan, labels_host_.get());
   });
-  if (capturable) {
-    GraphKey key = graph_key(ck, src, type, plan, labels_host_.get());
-    if (!(graph_ && key == graph_key_) && key == seen_key_ && !graph_refused_) {
-      // The second time this pass comes: capture it. Thread-local mode: an allocation or a synchronisation
-      // inside a variant fails the capture instead of running, and the pass then runs without a graph.
-      graph_ = GraphExec();
-      CUDA_CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
-      cudaGraph_t g = nullptr;
-      try {
-        queue_chunks(ck, src, nullptr, type, plan, labels_host_.get());
-      } catch (const CudaError&) {
-        graph_refused_ = true;
-      } catch (...) {
-        cudaStreamEndCapture(cs, &g);
-        if (g) cudaGraphDestroy(g);
-        throw;
-      }
-      const cudaError_t end = cudaStreamEndCapture(cs, &g);
-      if (end != cudaSuccess || !g) graph_refused_ = true;
-      if (!graph_refused_) {
-        try {
-          graph_ = GraphExec(g);
-          graph_key_ = key;
-        } catch (const CudaError&) {
-          graph_refused_ = true;
-        }
-      }
-      if (g) cudaGraphDestroy(g);
-      cudaGetLastError();  // a refused capture leaves its error behind; the pass runs below without a graph
-    }
-    if (graph_ && key == graph_key_) {
-      graph_.launch(cs);
-      replayed = true;
-    } else if (key != seen_key_) {
-      seen_key_ = std::move(key);
-      graph_refused_ = false;
-    }
-  }
-  if (!replayed) queue_chunks(ck, src, pinned ? nullptr : images, type, plan, labels_host_.get());
-  CUDA_CHECK(cudaStreamSynchronize(cs));  // every lane is joined into the copy stream
-  for (int64_t c = 0; c < nchunks && op_times; ++c) {
+  CUDA_CHECK(cudaStreamSynchronize(copy_stream_->get()));  // every lane is joined into the copy stream
+  for (int64_t c = 0; c < ck.nchunks && op_times; ++c) {
     const std::vector<Event>& ev = chunk_events_[size_t(c)];
     for (size_t ci = 0; ci < conv_count_; ++ci) op_seconds[ci] += double(ev[2 * ci + 1].since(ev[2 * ci])) / 1e3;
   }
@@ -496,8 +511,10 @@ ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n,
 }
 
 std::vector<float> GpuNetwork::forward_resident(const void* images, InputType type, int64_t n,
-                                                const std::vector<std::string>& impls, int warmup, int reps) {
+                                                const std::vector<std::string>& impls, int warmup, int reps,
+                                                int chunks, int streams) {
   if (n < 1 || warmup < 0 || reps < 1) throw std::invalid_argument("forward_resident: need n >= 1, reps >= 1");
+  if (chunks < 1 || streams < 1) throw std::invalid_argument("forward_resident: chunks and streams must be >= 1");
   CUDA_CHECK(cudaSetDevice(device_));
   const Plan plan = make_plan(impls);
   if (plan.host_input)
@@ -505,21 +522,41 @@ std::vector<float> GpuNetwork::forward_resident(const void* images, InputType ty
                                 "them from host memory");
   const int64_t in_elems = C_ * H_ * W_;
   const size_t in_bytes = size_t(in_elems) * (type == InputType::U8 ? 1 : sizeof(float));
-  ensure_lanes(1);
-  Lane& L = *lanes_[0];
-  size_lane(L, n, false, plan.max_elems);
+  std::vector<float> ms;
+  Event start, stop;
+  if (std::min<int64_t>(chunks, n) == 1) {
+    ensure_lanes(1);
+    Lane& L = *lanes_[0];
+    size_lane(L, n, false, plan.max_elems);
+    DeviceBuffer<uint8_t> resident(size_t(n) * in_bytes);
+    note_peak(resident.bytes());
+    const cudaStream_t st = L.stream.get();
+    CUDA_CHECK(cudaMemcpyAsync(resident.get(), images, size_t(n) * in_bytes, cudaMemcpyHostToDevice, st));
+    std::vector<double> unused(conv_count_, 0.0);
+    for (int i = 0; i < warmup + reps; ++i) {
+      start.record(st);
+      const StagedInput in = stage_input(L, plan, resident.get(), type, n, true, nullptr);
+      run_lane(L, n, plan, Timing::None, unused, nullptr, in.host_x, in.x_u8);
+      stop.record(st);
+      const float t = stop.since(start);
+      if (i >= warmup) ms.push_back(t);
+    }
+    return ms;
+  }
+  // The chunked pass of forward without its copies: the parts compute on the lanes side by side, a replayed graph
+  // from the second rep on (as from pinned memory).
+  const Chunking ck = prepare_chunks(n, chunks, streams, in_bytes, plan, Timing::None);
   DeviceBuffer<uint8_t> resident(size_t(n) * in_bytes);
   note_peak(resident.bytes());
-  const cudaStream_t st = L.stream.get();
-  CUDA_CHECK(cudaMemcpyAsync(resident.get(), images, size_t(n) * in_bytes, cudaMemcpyHostToDevice, st));
-  std::vector<double> unused(conv_count_, 0.0);
-  Event start, stop;
-  std::vector<float> ms;
+  const cudaStream_t cs = copy_stream_->get();
+  CUDA_CHECK(cudaMemcpyAsync(resident.get(), images, size_t(n) * in_bytes, cudaMemcpyHostToDevice, cs));
+  GraphKey key = graph_key(ck, resident.get(), true, type, plan, nullptr);
+  const bool graph = capturable(plan);
   for (int i = 0; i < warmup + reps; ++i) {
-    start.record(st);
-    const StagedInput in = stage_input(L, plan, resident.get(), type, n, true, nullptr);
-    run_lane(L, n, plan, Timing::None, unused, nullptr, in.host_x, in.x_u8);
-    stop.record(st);
+    start.record(cs);
+    GraphKey k = key;
+    launch_chunks(graph ? &k : nullptr, [&] { queue_chunks(ck, resident.get(), nullptr, true, type, plan, nullptr); });
+    stop.record(cs);
     const float t = stop.since(start);
     if (i >= warmup) ms.push_back(t);
   }

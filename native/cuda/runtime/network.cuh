@@ -34,6 +34,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -79,8 +80,11 @@ class GpuNetwork {
                         int chunks = 1, int streams = 2, bool op_times = true);
   // The images stay on the device; each rep times the whole network (conversion, every layer, argmax) by
   // CUDA events on one stream. Returns milliseconds per rep.
+  // chunks > 1: the batch in parts on `streams` streams as forward runs it (the copies left out), the parts of
+  // different streams computing side by side.
   std::vector<float> forward_resident(const void* images, InputType type, int64_t n,
-                                      const std::vector<std::string>& impls, int warmup, int reps);
+                                      const std::vector<std::string>& impls, int warmup, int reps, int chunks = 1,
+                                      int streams = 1);
 
   // The network's final activations out[n][classes] (one chunk, softmax skipped like in forward): the test hook
   // that checks every layer kernel against the numpy reference through small networks.
@@ -152,17 +156,6 @@ class GpuNetwork {
                 bool op_times, int32_t* labels_out, std::vector<double>& op_seconds);
   // Where each part of a chunked pass starts: chunks + 1 offsets from 0 to rows.
   static std::vector<int64_t> chunk_starts(int64_t rows, int chunks);
-  // The chunked pass (chunks > 1, see forward): copies on copy_stream_ into pass_in_, compute on the lanes.
-  // src: the images in pinned memory, or staging_ that each part's pageable images are copied into first
-  // (pageable != nullptr). Ends with every lane joined back into copy_stream_.
-  struct Chunking {
-    std::vector<int64_t> at;  // chunk_starts
-    int64_t nchunks;
-    size_t nlanes, in_bytes;
-    Timing timing;  // None or Events
-  };
-  void queue_chunks(const Chunking& ck, const uint8_t* src, const uint8_t* pageable, InputType type,
-                    const Plan& plan, int32_t* labels_dst);
   // What a captured pass depends on: when all of it is unchanged, the graph replays the same work.
   struct GraphKey {
     std::vector<const void*> ptrs;
@@ -170,7 +163,25 @@ class GpuNetwork {
     bool operator==(const GraphKey& o) const { return ptrs == o.ptrs && sizes == o.sizes; }
     bool operator!=(const GraphKey& o) const { return !(*this == o); }
   };
-  GraphKey graph_key(const Chunking& ck, const uint8_t* src, InputType type, const Plan& plan,
+  struct Chunking {
+    std::vector<int64_t> at;  // chunk_starts
+    int64_t nchunks;
+    size_t nlanes, in_bytes;
+    Timing timing;  // None or Events
+  };
+  // The chunked pass (chunks > 1, see forward): copies on copy_stream_ into pass_in_, compute on the lanes.
+  // src: the images in pinned memory, or staging_ that each part's pageable images are copied into first
+  // (pageable != nullptr), or with on_device the images on the device (no copies: forward_resident). Starts with
+  // every lane waiting for copy_stream_ and ends with every lane joined back into it; labels_dst may be null.
+  void queue_chunks(const Chunking& ck, const uint8_t* src, const uint8_t* pageable, bool on_device, InputType type,
+                    const Plan& plan, int32_t* labels_dst);
+  // Splits `rows` into parts and makes the lanes, their buffers, the copy stream and the events ready for them.
+  Chunking prepare_chunks(int64_t rows, int chunks, int streams, size_t in_bytes, const Plan& plan, Timing timing);
+  // Runs queue() -- a chunked pass on copy_stream_ -- plain, or as a CUDA graph: captured the second time in a row
+  // the same key comes, replayed while it stays the same. key null: never a graph. Returns true when replayed.
+  bool launch_chunks(GraphKey* key, const std::function<void()>& queue);
+  static bool capturable(const Plan& plan);  // every variant of the plan is graph_capturable
+  GraphKey graph_key(const Chunking& ck, const uint8_t* src, bool on_device, InputType type, const Plan& plan,
                      const int32_t* labels_dst) const;
   // Where a lane's first layer finds its images (run_lane's host_x and x_u8).
   struct StagedInput {
