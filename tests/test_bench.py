@@ -562,3 +562,51 @@ def test_model_digest_names_the_exact_weights():
     b.layers[0].weight = b.layers[0].weight.copy()
     b.layers[0].weight.flat[0] += 1e-6
     assert a.digest() != b.digest()
+
+
+def test_trace_pass_says_where_a_calls_time_goes(monkeypatch):
+    from pyconv.bench import end_to_end as e2e
+
+    class FakeCupti:
+        CuptiError = RuntimeError
+
+        def __init__(self):
+            self.clock = iter([1_000_000, 9_000_000])  # the call's start and return on CUPTI's clock (ns)
+
+        def start(self):
+            pass
+
+        def stop(self):
+            pass
+
+        def timestamp(self):
+            return next(self.clock)
+
+        def records(self):
+            return [
+                {"kind": "runtime", "name": "cudaGraphLaunch", "start_ns": 1_100_000, "end_ns": 1_200_000},
+                {"kind": "kernel", "name": "conv", "start_ns": 4_000_000, "end_ns": 7_000_000, "stream": 8},
+                {"kind": "memcpy", "name": "[CUDA memcpy HtoD]", "start_ns": 1_500_000, "end_ns": 3_500_000,
+                 "stream": 7},
+                {"kind": "memcpy", "name": "[CUDA memcpy HtoD]", "start_ns": 3_600_000, "end_ns": 5_600_000,
+                 "stream": 7},
+                {"kind": "memcpy", "name": "[CUDA memcpy DtoH]", "start_ns": 7_100_000, "end_ns": 7_200_000,
+                 "stream": 8},
+            ]
+
+    monkeypatch.setattr(e2e.native, "cupti", FakeCupti)
+    calls = []
+    tr = e2e.trace_pass(lambda: calls.append(1))
+    assert calls == [1]
+    assert tr["first_copy_ms"] == pytest.approx(0.5) and tr["copies_end_ms"] == pytest.approx(4.6)
+    assert tr["gpu_end_ms"] == pytest.approx(6.2) and tr["call_ms"] == pytest.approx(8.0)
+    assert tr["copy_ms"] == pytest.approx(4.0)
+    assert [(a["name"], a["start_us"]) for a in tr["activities"]] == [
+        ("[CUDA memcpy HtoD]", 500.0), ("[CUDA memcpy HtoD]", 2600.0), ("conv", 3000.0), ("[CUDA memcpy DtoH]", 6100.0)]
+
+    def not_built():
+        raise e2e.native.NotBuilt("the CUPTI trace module pyconv._cupti is not built")
+
+    monkeypatch.setattr(e2e.native, "cupti", not_built)
+    assert e2e.trace_pass(lambda: calls.append(2))["error"].startswith("unavailable: the CUPTI trace module")
+    assert calls == [1]  # nothing is run untraced

@@ -58,6 +58,9 @@ def synthetic_result() -> dict:
             "pyconv": {"resident_ms": timing.batch_stats([0.8], 10000), "pinned_ms": timing.batch_stats([1.3], 10000),
                        "pageable_ms": timing.batch_stats([2.0], 10000), "correctness": 0.8397,
                        "differ_vs_pytorch": 0, "peak_device_bytes": 300 * 2**20,
+                       "pinned_op_times_ms": timing.batch_stats([1.4], 10000),
+                       "pinned_trace": {"first_copy_ms": 0.02, "copies_end_ms": 0.45, "gpu_end_ms": 0.55,
+                                        "call_ms": 0.58, "copy_ms": 0.42, "activities": []},
                        "pipeline": [{"chunks": c, "streams": s,
                                      "pinned_ms": timing.batch_stats([1.0 + c / 10 + s], 10000)}
                                     for s in (2, 4) for c in (1, 4)]},
@@ -185,6 +188,10 @@ def test_end_to_end_tables_show_fc_math_and_the_pipeline_sweep():
     assert "| model | streams | 1 chunk | 4 chunks |" in md
     assert "| synthetic | 2 | 3.10 | 3.40 |" in md and "| synthetic | 4 | 5.10 | 5.40 |" in md
     assert "final runs 4 chunks on 2 streams" in md
+    # where a pinned call's time goes (its CUPTI trace), and its time with the op-time events
+    assert ("first copy starts 0.0200, copies end 0.450 (their own time 0.420), the GPU's last work ends 0.550, "
+            "the call returns 0.580") in md
+    assert "the final milestone prints its Op Time lines from: 1.40 ms" in md
 
 
 def test_a_whole_network_cell_is_the_model_its_column_names():

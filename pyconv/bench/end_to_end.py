@@ -9,6 +9,7 @@ import numpy as np
 from .. import evidence, native, variants
 from ..core import data
 from ..core.data import accuracy
+from ..core.errors import PyconvError
 from ..core.model import Model, load_model
 from ..engines import gpu
 from ..plan import Plan, conv_sites, plan
@@ -52,6 +53,8 @@ def _measure_ours(model: Model, p: Plan, x: np.ndarray, xp: np.ndarray | None, l
         ours["pinned_ms"] = batch_stats(times, batch)
         ours["pinned_correctness"] = accuracy(r["labels"], labels)
         ours["peak_device_bytes"] = int(net.peak_bytes)  # before the sweep's other pipeline shapes grow buffers
+        # Right after the timed calls, so the traced pass is the same replayed graph.
+        ours["pinned_trace"] = trace_pass(lambda: net.forward(xp, impls, chunks, streams, False))
         # The same with the op-time events that the final milestone prints its Op Time lines from.
         times, _ = host_timed(lambda: net.forward(xp, impls, chunks, streams), warmup, reps)
         ours["pinned_op_times_ms"] = batch_stats(times, batch)
@@ -167,6 +170,38 @@ def _torch_end_to_end(torch, model: Model, x: np.ndarray, labels: np.ndarray, wa
 # CUDA graphs), one configuration per precision. Each costs minutes of compilation (its compile_s is recorded).
 COMPILED_CONFIGS = ("compiled-fp32", "compiled-tf32", "compiled-fp16-channels-last")
 COMPILE_MODE = "max-autotune"
+
+
+def trace_pass(fn) -> dict:
+    """Where one call's time goes, from a CUPTI trace of it (pyconv._cupti): milliseconds from the call's start on
+    the host to the first copy's start, to the end of the last host-to-device copy, to the end of the GPU's last
+    work, and to the call's return; the copies' own time; and every copy and kernel (name, stream, start and
+    duration in microseconds from the call's start). {"error": ...} where CUPTI is not built or refuses."""
+    try:
+        cu = native.cupti()
+        cu.start()
+    except (PyconvError, RuntimeError) as e:  # not built, or CUPTI refused (CuptiError)
+        return {"error": f"unavailable: {e}"}
+    try:
+        t0 = cu.timestamp()
+        fn()
+        t1 = cu.timestamp()
+    finally:
+        cu.stop()
+    acts = [r for r in cu.records() if r["kind"] in ("kernel", "memcpy", "memset")]
+    h2d = [r for r in acts if r["kind"] == "memcpy" and "HtoD" in r["name"]]
+    if not acts or not h2d:
+        return {"error": "the trace holds no host-to-device copy"}
+    def ms(ns: int) -> float:
+        return (ns - t0) / 1e6
+
+    return {"first_copy_ms": ms(min(r["start_ns"] for r in h2d)), "copies_end_ms": ms(max(r["end_ns"] for r in h2d)),
+            "gpu_end_ms": ms(max(r["end_ns"] for r in acts)), "call_ms": ms(t1),
+            "copy_ms": sum(r["end_ns"] - r["start_ns"] for r in h2d) / 1e6,
+            "activities": [{"name": r["name"][:80], "stream": r.get("stream"),
+                            "start_us": round(ms(r["start_ns"]) * 1e3, 1),
+                            "us": round((r["end_ns"] - r["start_ns"]) / 1e3, 1)}
+                           for r in sorted(acts, key=lambda r: r["start_ns"])]}
 
 
 def copy_floor(torch, x: np.ndarray, warmup: int, reps: int) -> dict:

@@ -317,6 +317,12 @@ def end_to_end_table(result: BenchResult) -> Table:
         if e.copy_floor_ms is not None:
             t.notes.append(f"{e.model} copy floor (the uint8 batch, pinned host-to-device): "
                            f"{_ms(e.copy_floor_ms)} ms")
+        tr = e.pyconv.pinned_trace
+        if tr and "error" not in tr:
+            t.notes.append(f"{e.model} pyconv pinned, one call under a CUPTI trace (ms from the call's start): first "
+                           f"copy starts {num(tr['first_copy_ms'])}, copies end {num(tr['copies_end_ms'])} "
+                           f"(their own time {num(tr['copy_ms'])}), the GPU's last work ends "
+                           f"{num(tr['gpu_end_ms'])}, the call returns {num(tr['call_ms'])}")
         if e.pyconv.pinned_op_times_ms is not None:
             t.notes.append(f"{e.model} pyconv pinned ms without per-layer timing; with the op-time events the final "
                            f"milestone prints its Op Time lines from: {_ms(e.pyconv.pinned_op_times_ms)} ms")
