@@ -173,7 +173,7 @@ COMPILE_MODE = "max-autotune"
 
 
 def trace_pass(fn) -> dict:
-    """Where one call's time goes, from a CUPTI trace of it (pyconv._cupti): milliseconds from the call's start on
+    """Where one call's time goes, from a CUPTI trace of it (pyconv._cupti; the second of two traced calls): milliseconds from the call's start on
     the host to the first copy's start, to the end of the last host-to-device copy, to the end of the GPU's last
     work, and to the call's return; the copies' own time; and every copy and kernel (name, stream, start and
     duration in microseconds from the call's start). {"error": ...} where CUPTI is not built or refuses."""
@@ -183,12 +183,13 @@ def trace_pass(fn) -> dict:
     except (PyconvError, RuntimeError) as e:  # not built, or CUPTI refused (CuptiError)
         return {"error": f"unavailable: {e}"}
     try:
+        fn()  # the first call under a trace also pays CUPTI's own set-up (milliseconds): not the call's time
         t0 = cu.timestamp()
         fn()
         t1 = cu.timestamp()
     finally:
         cu.stop()
-    acts = [r for r in cu.records() if r["kind"] in ("kernel", "memcpy", "memset")]
+    acts = [r for r in cu.records() if r["kind"] in ("kernel", "memcpy", "memset") and r["start_ns"] >= t0]
     h2d = [r for r in acts if r["kind"] == "memcpy" and "HtoD" in r["name"]]
     if not acts or not h2d:
         return {"error": "the trace holds no host-to-device copy"}
