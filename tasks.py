@@ -288,7 +288,8 @@ def sanitize(c, tools=None, variants=None, milestone="3", model=None, batch="64"
             "warmup": "untimed runs before the timed ones (default 5; the CPU does one)",
             "cpu": "benchmark the CPU variants against PyTorch on the CPU",
             "gpu": "benchmark the GPU variants against cuDNN (the default where a GPU is visible)",
-            "end_to_end": "time the whole network (resident, pinned, pageable) against PyTorch + cuDNN",
+            "end_to_end": "time the whole network (resident, pinned, pageable) against PyTorch + cuDNN, and trace "
+                          "one pinned call (CUPTI: where its time goes)",
             "out": "JSON to write (default results/bench-<gpu-slug>-<date>.json, or bench-cpu-<cpu>-<date>.json)",
             "variants": "only these variants, comma-separated (GPU and/or CPU registry names)",
             "gpus": "--end-to-end: also measure scaling over 1..N GPUs (N or 'all'; default 1)",
