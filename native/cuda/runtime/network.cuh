@@ -18,7 +18,9 @@
 //   - From pinned memory, a chunked pass whose variants are all graph_capturable is captured into one CUDA graph
 //     the second time the same pass comes (same sizes, pointers, variants and FC math; the first run is plain,
 //     and warms what a variant sets up once) and replayed after: one launch on the host instead of ~10 per
-//     part, which at 8 or more parts is what set the pace. ForwardResult::replayed says whether it was.
+//     part (sp19 on an H200, 16 parts on 4 streams: 0.841 ms pinned in the pipeline rows of
+//     results/bench-e2e-nvidia-h200-2026-11-24-sp19-events.json, plain; 0.619 in -sp19-graph.json, replayed with
+//     the copies in order). ForwardResult::replayed says whether it was.
 //   - uint8 images: when the first layer's variant reads uint8 itself (launch_u8), it gets the raw images;
 //     otherwise one kernel widens them to float32 first.
 //   - The fully connected layers run in FP32 (cublasSgemm) unless set_fc_math(FcMath::TF32) (see layers.cuh). A
