@@ -18,9 +18,10 @@
 //   - From pinned memory, a chunked pass whose variants are all graph_capturable is captured into one CUDA graph
 //     the second time the same pass comes (same sizes, pointers, variants and FC math; the first run is plain,
 //     and warms what a variant sets up once) and replayed after: one launch on the host instead of ~10 per
-//     part (sp19 on an H200, 16 parts on 4 streams: 0.841 ms pinned in the pipeline rows of
-//     results/bench-e2e-nvidia-h200-2026-11-24-sp19-events.json, plain; 0.619 in -sp19-graph.json, replayed with
-//     the copies in order). ForwardResult::replayed says whether it was.
+//     part. ForwardResult::replayed says whether it was. sp19 on an H200, 16 parts on 4 streams, pinned (the
+//     pipeline rows of results/bench-e2e-nvidia-h200-2026-11-24-*.json): 0.841 ms plain (-sp19-events), 0.787
+//     replayed with the copies in order (-sp19-graph-events), 0.619 without the op-time events too (-sp19-graph):
+//     in a replayed graph those events cost more than the launches did (op_times below).
 //   - uint8 images: when the first layer's variant reads uint8 itself (launch_u8), it gets the raw images;
 //     otherwise one kernel widens them to float32 first.
 //   - The fully connected layers run in FP32 (cublasSgemm) unless set_fc_math(FcMath::TF32) (see layers.cuh). A
