@@ -39,7 +39,7 @@ from .evidence import Evidence
 from .variants import PRECISION_NAMES, REDUCED_PRECISIONS, Variant, milestone_key
 
 FC_MATHS = ("fp32", "tf32")  # the fully connected layers' reduced precision is cuBLAS TF32, whatever the convs round to
-PRECISIONS = ("auto", "fp32", "reduced")
+PRECISIONS = ("auto", "fp32", "reduced", "tf32")  # forced: "reduced" allows every reduced precision, "tf32" TF32 only
 
 # `final` streams the batch through the network in chunks on several CUDA streams (the copy of chunk i+1 overlaps
 # the compute of chunk i). Chosen from the pipeline sweep of `invoke bench --end-to-end` on an H200 (sp19, batch
@@ -351,7 +351,8 @@ def precision_decision(ev: Evidence | None, model_digest: str | None, precision:
     if precision not in PRECISIONS:
         raise PyconvError(f"unknown precision '{precision}' (known: {', '.join(PRECISIONS)})")
     if precision != "auto":
-        return frozenset(REDUCED_PRECISIONS if precision == "reduced" else ()), "forced"
+        forced = {"reduced": REDUCED_PRECISIONS, "tf32": ("tf32",), "fp32": ()}[precision]
+        return frozenset(forced), "forced"
     verdict = ev.verdict(model_digest) if ev is not None else None
     if verdict is None:
         return frozenset(), "float32: no end-to-end bench of these weights on this GPU has checked reduced precision"
@@ -373,8 +374,8 @@ def precision_decision(ev: Evidence | None, model_digest: str | None, precision:
     # a reduced precision this build could pick that the bench never ran: say why final leaves it out
     could = {v.precision for v in variants if v.reduced_precision and v.role("final").choosable}
     if missing := [p for p in REDUCED_PRECISIONS if p in could and p not in allowed]:
-        why += (f"; not {_names(missing)}: that bench ran no {_names(missing)} variant (`invoke bench --end-to-end` "
-                "checks final's fastest reduced plan)")
+        why += (f"; not {_names(missing)}: that bench ran no {_names(missing)} variant in a configuration that kept "
+                "every label (`invoke bench --end-to-end` checks final's fastest reduced plan, then TF32 alone)")
     return allowed, why
 
 
@@ -385,7 +386,8 @@ def plan(milestone: str, sites: Sequence[ConvSite], variants: Sequence[Variant],
 
     variants: every variant of the build (CPU and GPU); evidence: this GPU's (pyconv.evidence.for_gpu), used by
     final only; model_digest: the weights' digest, for final's precision verdict; precision: 'auto' (decide from
-    the evidence), or 'fp32' / 'reduced' to force one (the end-to-end bench measures both)."""
+    the evidence), or 'fp32' / 'reduced' / 'tf32' (reduced, TF32 only) to force one (the end-to-end bench measures
+    them)."""
     m = milestone_key(milestone)
     device = "cpu" if m == "m2" else "gpu"
     mine = [v for v in variants if v.device == device]

@@ -135,6 +135,18 @@ def test_an_fp16_verdict_comes_from_the_bench_that_ran_an_fp16_variant(tmp_path)
         ev = evidence.load(evidence.save(ev, tmp_path / "g.json"))  # through the file
         p = plan.plan("final", [site], vs, ev, model_digest="d")
         assert p.impls == [want] and p.fc_math == "tf32" and p.precision.startswith(why), p.precision
+    # The FP16 candidate moved a label and TF32 alone kept them all: the verdict is TF32's, FP16 stays out.
+    e2e = verdict("d", True, impls=["tf"], rejected=1, candidate_impls=["half"])
+    ev = evidence.load(evidence.save(build.merge(None, run("2000-01-02", layers=[layer], e2e=[e2e]), "b.json"),
+                                     tmp_path / "g.json"))
+    assert ev.verdict("d").reduced_precision_ok and ev.verdict("d").impls == ("tf",)
+    p = plan.plan("final", [site], vs, ev, model_digest="d")
+    assert p.impls == ["tf"] and p.fc_math == "tf32" and "not FP16" in p.precision, p.precision
+    # Both moved labels: float32, and the verdict names the first candidate's count and variants.
+    e2e = verdict("d", False, impls=["exact"], rejected=1, candidate_impls=["half"])
+    ev = build.merge(None, run("2000-01-03", layers=[layer], e2e=[e2e]), "c.json")
+    assert not ev.verdict("d").reduced_precision_ok and ev.verdict("d").impls == ("half",)
+    assert plan.plan("final", [site], vs, ev, model_digest="d").impls == ["exact"]
 
 
 def test_file_round_trip_and_lookup_per_gpu(tmp_path):

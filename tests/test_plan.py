@@ -226,8 +226,8 @@ def test_an_fp16_variant_is_reduced_precision_allowed_only_by_a_verdict_that_ran
     p = plan.plan("final", SITES, vs, e, model_digest="d")
     assert p.impls == ["fused", "tf32"] and p.fc_math == "tf32"
     assert p.precision == ("reduced precision (TF32) allowed: no label differs from PyTorch's (bench of 2000-01-02); "
-                           "not FP16: that bench ran no FP16 variant (`invoke bench --end-to-end` checks final's "
-                           "fastest reduced plan)")
+                           "not FP16: that bench ran no FP16 variant in a configuration that kept every label "
+                           "(`invoke bench --end-to-end` checks final's fastest reduced plan, then TF32 alone)")
     assert "measured on this shape in float32 or TF32 among" in p.layers[1].why
     assert p.layers[1].why.endswith("faster: half rounds to FP16")
     e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e.json")  # variants not recorded: the same
@@ -235,6 +235,11 @@ def test_an_fp16_variant_is_reduced_precision_allowed_only_by_a_verdict_that_ran
     # the end-to-end bench measures final's reduced plan: FP16 where it is fastest
     assert plan.plan("final", SITES, vs, e, model_digest="d", precision="reduced").impls == ["fused", "half"]
     assert plan.plan("final", SITES, vs, e, model_digest="d", precision="fp32").impls == ["fused", "direct"]
+    # and, where that moved a label, its plan with TF32 alone
+    p = plan.plan("final", SITES, vs, e, model_digest="d", precision="tf32")
+    assert p.impls == ["fused", "tf32"] and p.fc_math == "tf32"
+    with pytest.raises(PyconvError, match="unknown precision 'fp16'"):
+        plan.plan("final", SITES, vs, e, model_digest="d", precision="fp16")
     # its verdict, having run half, allows FP16 (and TF32, with which the fully connected layers ran)
     e.verdicts["d"] = Verdict("m", "d", True, "2000-01-03", "bench-e2e.json", 0, ("fused", "half"))
     p = plan.plan("final", SITES, vs, e, model_digest="d")
@@ -391,7 +396,7 @@ def test_the_plan_on_an_h200_equals_what_the_milestones_chose_before(name, batch
         # FP16 variants joined the ladder after BEFORE was recorded: the verdict's bench ran none, so the line says
         # final leaves FP16 out, and the rest of it is unchanged
         why, _, note = why.partition("; ")
-        assert note.startswith("not FP16: that bench ran no FP16 variant"), p.precision
+        assert note.startswith("not FP16: that bench ran no FP16 variant in a configuration that kept every label"), p.precision
     assert (p.impls, p.fc_math, why) == (want["final"], want["fc"], want["why"])
     assert p.chunks == (4 if batch >= 16 else 1) and p.streams == 4 and p.tuned
     assert plan.plan("final", sites, vs, ev, model_digest=model.digest(), precision="fp32").impls == want["exact"]

@@ -221,7 +221,18 @@ def test_a_rejected_reduced_precision_configuration_is_shown_beside_what_final_r
     md = report.markdown_tables(r)
     row = next(line for line in md.splitlines() if "| rejected: pyconv gpu-tensor-core-fused" in line)
     assert "FC tf32" in row and "| 1 |" in row
-    assert "synthetic: the reduced-precision configuration changed 1 label(s)" in md
+    assert ("synthetic: against PyTorch's float32 network, the reduced-precision configuration "
+            "gpu-tensor-core-fused,gpu-tensor-core-tf32 changed 1 label(s), so final runs in float32") in md
+    # The TF32-only candidate after it: kept (final runs it), or rejected too (final runs float32).
+    e["reduced_precision_ok"] = True
+    assert "changed 1 label(s), so final runs with TF32 alone" in report.markdown_tables(r)
+    e["reduced_precision_ok"] = False
+    e["pyconv_tf32"] = dict(e["pyconv"], impls=["gpu-tensor-core-tf32", "gpu-tensor-core-tf32"], fc_math="tf32",
+                            differ_vs_pytorch=2)
+    md = report.markdown_tables(r)
+    assert "| rejected: pyconv gpu-tensor-core-tf32,gpu-tensor-core-tf32, FC tf32 |" in md
+    assert ("configurations gpu-tensor-core-fused,gpu-tensor-core-tf32 changed 1 label(s) and "
+            "gpu-tensor-core-tf32,gpu-tensor-core-tf32 changed 2 label(s), so final runs in float32") in md
 
 
 def test_text_tables_are_aligned():

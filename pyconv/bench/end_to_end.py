@@ -83,10 +83,11 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
 
     The reduced-precision candidate (final's plan with every variant allowed: a TF32 or FP16 variant where one is
     fastest, and the fully connected layers in cuBLAS TF32) is measured first; when a label differs from
-    PyTorch's, the float32 configuration is measured too and is what final runs ("pyconv"; the rejected candidate
-    stays in "pyconv_reduced"). The entry records the verdict for these weights (model_digest,
-    reduced_precision_ok) and the variants that earned it (impls: which reduced precisions it checked), which
-    final reads through the evidence file (pyconv.evidence, pyconv.plan.verdict_precisions). Without PyTorch nothing
+    PyTorch's and that candidate ran an FP16 variant, final's plan with TF32 alone is measured next, and kept when
+    no label differs; otherwise the float32 configuration is measured too and is what final runs ("pyconv"; the
+    rejected candidates stay in "pyconv_reduced" and "pyconv_tf32"). The entry records the verdict for these
+    weights (model_digest, reduced_precision_ok) and the variants that earned it (impls: which reduced precisions it
+    checked), which final reads through the evidence file (pyconv.evidence, pyconv.plan.verdict_precisions). Without PyTorch nothing
     can be verified: the float32 configuration is measured and no verdict is recorded."""
     model = load_model(model_name)
     x, labels = data.load_test(model.input_size, batch)
@@ -109,9 +110,21 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
         entry["reduced_precision_ok"] = ours["differ_vs_pytorch"] == 0
         if not entry["reduced_precision_ok"]:
             entry["pyconv_reduced"] = dict(ours, impls=cfg.impls, fc_math=cfg.fc_math)
-            cfg = final_plan(model, batch, "fp32")
-            ours, predicted = _measure_ours(model, cfg, x, xp, labels, warmup, reps, sweep=False)
-            ours["differ_vs_pytorch"] = int(np.count_nonzero(predicted != torch_labels))
+            # FP16's narrower range may be what moved a label: where the candidate ran an FP16 variant, TF32 alone
+            # (TF32 variants where they are fastest, the FC layers in TF32) is the next candidate.
+            tf32 = final_plan(model, batch, "tf32")
+            if _precisions(cfg) - {"tf32"} and tf32.impls != cfg.impls:
+                ours, predicted = _measure_ours(model, tf32, x, xp, labels, warmup, reps, sweep=False)
+                ours["differ_vs_pytorch"] = int(np.count_nonzero(predicted != torch_labels))
+                entry["reduced_precision_ok"] = ours["differ_vs_pytorch"] == 0
+                if entry["reduced_precision_ok"]:
+                    cfg = tf32
+                else:
+                    entry["pyconv_tf32"] = dict(ours, impls=tf32.impls, fc_math=tf32.fc_math)
+            if not entry["reduced_precision_ok"]:
+                cfg = final_plan(model, batch, "fp32")
+                ours, predicted = _measure_ours(model, cfg, x, xp, labels, warmup, reps, sweep=False)
+                ours["differ_vs_pytorch"] = int(np.count_nonzero(predicted != torch_labels))
     else:
         entry["pytorch"] = {"error": "PyTorch with CUDA is not installed: no baseline"}
     entry["impls"], entry["fc_math"] = cfg.impls, cfg.fc_math
@@ -170,6 +183,12 @@ def _torch_end_to_end(torch, model: Model, x: np.ndarray, labels: np.ndarray, wa
 # CUDA graphs), one configuration per precision. Each costs minutes of compilation (its compile_s is recorded).
 COMPILED_CONFIGS = ("compiled-fp32", "compiled-tf32", "compiled-fp16-channels-last")
 COMPILE_MODE = "max-autotune"
+
+
+def _precisions(p: Plan) -> set[str]:
+    """The arithmetic classes a plan's conv variants run in ("fp32", "tf32", "fp16")."""
+    precision = {v.name: v.precision for v in variants.gpu_variants()}
+    return {precision.get(n, "fp32") for n in p.impls}
 
 
 def trace_pass(fn) -> dict:

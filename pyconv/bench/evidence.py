@@ -72,10 +72,14 @@ def merge(ev: Evidence | None, result: BenchResult, source: str) -> Evidence | N
             continue
         old = verdicts.get(e.model_digest)
         if old is None or result.date >= old.date:
-            # the candidate's count and variants: where it moved labels, "pyconv" (and the entry's impls) hold the
-            # float32 configuration run after it
-            candidate = e.pyconv_reduced or e.pyconv
-            impls = e.pyconv_reduced.impls if e.pyconv_reduced is not None else e.impls
+            # the count and variants of the configuration that decided: where reduced precision kept every label,
+            # the one final runs ("pyconv", the entry's impls: a TF32-only candidate after a rejected one with FP16);
+            # where it did not, the first rejected candidate ("pyconv" holds the float32 configuration run after it)
+            if e.reduced_precision_ok:
+                candidate, impls = e.pyconv, e.impls
+            else:
+                candidate = e.pyconv_reduced or e.pyconv
+                impls = e.pyconv_reduced.impls if e.pyconv_reduced is not None else e.impls
             verdicts[e.model_digest] = Verdict(e.model, e.model_digest, bool(e.reduced_precision_ok), result.date,
                                                source, candidate.differ_vs_pytorch,
                                                tuple(impls) if impls else None)

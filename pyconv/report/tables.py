@@ -304,11 +304,15 @@ def end_to_end_table(result: BenchResult) -> Table:
                 t.notes.append(f"{e.model} pyconv {mode[:-3]}: {s.error}")
         fc = f", FC {e.fc_math}" if e.fc_math is not None else ""
         whos = [("pyconv " + ",".join(e.impls) + fc, e.pyconv)]
-        if e.pyconv_reduced is not None:
-            r = e.pyconv_reduced
+        rejected = [r for r in (e.pyconv_reduced, e.pyconv_tf32) if r is not None]
+        for r in rejected:
             whos.append((f"rejected: pyconv {','.join(r.impls)}, FC {r.fc_math}", r))
-            t.notes.append(f"{e.model}: the reduced-precision configuration changed {r.differ_vs_pytorch} label(s) "
-                           "against PyTorch's float32 network, so final runs in float32")
+        if rejected:
+            what = " and ".join(f"{','.join(r.impls)} changed {r.differ_vs_pytorch} label(s)" for r in rejected)
+            runs = "with TF32 alone" if e.reduced_precision_ok else "in float32"
+            noun = "configuration" if len(rejected) == 1 else "configurations"
+            t.notes.append(f"{e.model}: against PyTorch's float32 network, the reduced-precision {noun} {what}, so "
+                           f"final runs {runs}")
         theirs = [("PyTorch" + (" eager-fp32" if e.yardsticks else ""), e.pytorch)]
         theirs += [(f"PyTorch {y.name} ({y.mode})", y) for y in e.yardsticks]
         for y in e.yardsticks:
