@@ -396,7 +396,8 @@ def test_the_plan_on_an_h200_equals_what_the_milestones_chose_before(name, batch
         # FP16 variants joined the ladder after BEFORE was recorded: the verdict's bench ran none, so the line says
         # final leaves FP16 out, and the rest of it is unchanged
         why, _, note = why.partition("; ")
-        assert note.startswith("not FP16: that bench ran no FP16 variant in a configuration that kept every label"), p.precision
+        assert note.startswith("not FP16: that bench ran no FP16 variant in a configuration that kept every "
+                               "label"), p.precision
     assert (p.impls, p.fc_math, why) == (want["final"], want["fc"], want["why"])
     assert p.chunks == (4 if batch >= 16 else 1) and p.streams == 4 and p.tuned
     assert plan.plan("final", sites, vs, ev, model_digest=model.digest(), precision="fp32").impls == want["exact"]

@@ -87,8 +87,8 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
     no label differs; otherwise the float32 configuration is measured too and is what final runs ("pyconv"; the
     rejected candidates stay in "pyconv_reduced" and "pyconv_tf32"). The entry records the verdict for these
     weights (model_digest, reduced_precision_ok) and the variants that earned it (impls: which reduced precisions it
-    checked), which final reads through the evidence file (pyconv.evidence, pyconv.plan.verdict_precisions). Without PyTorch nothing
-    can be verified: the float32 configuration is measured and no verdict is recorded."""
+    checked), which final reads through the evidence file (pyconv.evidence, pyconv.plan.verdict_precisions).
+    Without PyTorch nothing can be verified: the float32 configuration is measured and no verdict is recorded."""
     model = load_model(model_name)
     x, labels = data.load_test(model.input_size, batch)
     x = np.ascontiguousarray(x)
@@ -192,8 +192,8 @@ def _precisions(p: Plan) -> set[str]:
 
 
 def trace_pass(fn) -> dict:
-    """Where one call's time goes, from a CUPTI trace of it (pyconv._cupti; the second of two traced calls): milliseconds from the call's start on
-    the host to the first copy's start, to the end of the last host-to-device copy, to the end of the GPU's last
+    """Where one call's time goes, from a CUPTI trace of it (pyconv._cupti; the second of two traced calls):
+    milliseconds from the call's start on the host to the first copy's start, to the end of the last host-to-device copy, to the end of the GPU's last
     work, and to the call's return; the copies' own time; and every copy and kernel (name, stream, start and
     duration in microseconds from the call's start). {"error": ...} where CUPTI is not built or refuses."""
     try:
