@@ -193,9 +193,10 @@ def _precisions(p: Plan) -> set[str]:
 
 def trace_pass(fn) -> dict:
     """Where one call's time goes, from a CUPTI trace of it (pyconv._cupti; the second of two traced calls):
-    milliseconds from the call's start on the host to the first copy's start, to the end of the last host-to-device copy, to the end of the GPU's last
-    work, and to the call's return; the copies' own time; and every copy and kernel (name, stream, start and
-    duration in microseconds from the call's start). {"error": ...} where CUPTI is not built or refuses."""
+    milliseconds from the call's start on the host to the first copy's start, to the end of the last host-to-device
+    copy, to the end of the GPU's last work, and to the call's return; the copies' own time; and every copy and
+    kernel (name, stream, start and duration in microseconds from the call's start). {"error": ...} where CUPTI is
+    not built or refuses."""
     try:
         cu = native.cupti()
         cu.start()
