@@ -19,10 +19,12 @@ The rules, from the variants' roles (pyconv.variants; each variant's own file in
   milestones 2 to 4 do, measuring nothing: there is nothing to choose between.
   Precision: reduced precision (conv variants that round to TF32 or to FP16, and the fully connected layers
   through cuBLAS TF32) only for weights whose end-to-end bench on this GPU changed no label against PyTorch's
-  float32 network; otherwise float32. That bench runs final's reduced plan (whatever rounds fastest per layer) and
-  records its variants: its verdict allows TF32, and FP16 only where it ran an FP16 variant on some layer (FP16's
-  range ends at 65504: whether a model's values stay inside it is for the bench on its weights to show, and a
-  verdict from before final could pick an FP16 variant did not).
+  float32 network; otherwise float32. That bench runs final's reduced plan (whatever rounds fastest per layer);
+  where it moves a label, the same with TF32 alone, then float32 conv layers with the fully connected layers in
+  TF32. It records the variants of the configuration that kept every label, and its verdict allows exactly what
+  that configuration ran: the fully connected layers in TF32, and the conv layers' reduced precisions among its
+  variants (TF32 for a file that does not record them: it predates FP16 variants). FP16's range ends at 65504:
+  whether a model's values stay inside it is for the bench on its weights to show.
   In a build with nothing for final to choose (a student handout) that verdict counts only when the bench ran this
   build's own variant on every conv layer (the student's `invoke bench --end-to-end`): the evidence shipped with
   the project was earned with the project's convolutions, so it leaves the student's network in float32.
@@ -39,7 +41,9 @@ from .evidence import Evidence
 from .variants import PRECISION_NAMES, REDUCED_PRECISIONS, Variant, milestone_key
 
 FC_MATHS = ("fp32", "tf32")  # the fully connected layers' reduced precision is cuBLAS TF32, whatever the convs round to
-PRECISIONS = ("auto", "fp32", "reduced", "tf32")  # forced: "reduced" allows every reduced precision, "tf32" TF32 only
+# forced: "reduced" allows every reduced precision, "tf32" TF32 only, "fc-tf32" float32 conv layers and TF32 fully
+# connected layers
+PRECISIONS = ("auto", "fp32", "reduced", "tf32", "fc-tf32")
 
 # `final` streams the batch through the network in chunks on several CUDA streams (the copy of chunk i+1 overlaps
 # the compute of chunk i). Chosen from the pipeline sweep of `invoke bench --end-to-end` on an H200 (sp19, batch
@@ -327,23 +331,35 @@ def _final_choice(variants: Sequence[Variant], site: ConvSite, ev: Evidence | No
 
 
 def verdict_precisions(impls: Sequence[str] | None, variants: Sequence[Variant]) -> frozenset[str]:
-    """The reduced precisions an end-to-end verdict that kept every label checked, from the variants its bench ran
-    (impls): TF32 always (every reduced configuration it ran multiplied the fully connected layers in cuBLAS TF32,
-    and files that do not record their variants predate FP16 variants), FP16 where one of its conv layers ran an
-    FP16 variant."""
+    """The reduced precisions a verdict that kept every label allows in the conv layers: those its bench's
+    configuration ran (impls); TF32 for a file that does not record its variants (it predates FP16 variants, and its
+    reduced configuration was then whatever rounded to TF32 fastest)."""
+    if impls is None:
+        return frozenset({"tf32"})
     precision = {v.name: v.precision for v in variants}
-    ran = {precision.get(n) for n in impls or ()}
-    return frozenset({"tf32"} | {p for p in REDUCED_PRECISIONS if p in ran})
+    ran = {precision.get(n) for n in impls}
+    return frozenset(p for p in REDUCED_PRECISIONS if p in ran)
 
 
-def _names(precisions) -> str:
-    return " and ".join(PRECISION_NAMES[p] for p in REDUCED_PRECISIONS if p in precisions)
+def _names(precisions, joiner: str = " and ") -> str:
+    return joiner.join(PRECISION_NAMES[p] for p in REDUCED_PRECISIONS if p in precisions)
+
+
+@dataclass(frozen=True)
+class PrecisionDecision:
+    convs: frozenset[str]  # the reduced precisions final's conv layers may run (empty: float32 only)
+    fc_tf32: bool  # the fully connected layers in cuBLAS TF32
+    why: str  # one line on what decided it
+
+
+_FORCED = {"reduced": (REDUCED_PRECISIONS, True), "tf32": (("tf32",), True), "fc-tf32": ((), True),
+           "fp32": ((), False)}
 
 
 def precision_decision(ev: Evidence | None, model_digest: str | None, precision: str = "auto",
                        runs: Sequence[str] | None = None,
-                       variants: Sequence[Variant] = ()) -> tuple[frozenset[str], str]:
-    """(allowed, why): the reduced precisions final may run (empty: float32 only), and one line on what decided it.
+                       variants: Sequence[Variant] = ()) -> PrecisionDecision:
+    """What final may run in reduced precision, and one line on what decided it.
     variants: the build's, to tell which reduced precisions the verdict's bench ran and which the build could pick.
     runs: the variant per conv layer where final has nothing to choose (a student handout: the student's); the
     verdict then counts only if its bench ran exactly those, as the student's own `invoke bench --end-to-end`
@@ -351,32 +367,37 @@ def precision_decision(ev: Evidence | None, model_digest: str | None, precision:
     if precision not in PRECISIONS:
         raise PyconvError(f"unknown precision '{precision}' (known: {', '.join(PRECISIONS)})")
     if precision != "auto":
-        forced = {"reduced": REDUCED_PRECISIONS, "tf32": ("tf32",), "fp32": ()}[precision]
-        return frozenset(forced), "forced"
+        convs, fc = _FORCED[precision]
+        return PrecisionDecision(frozenset(convs), fc, "forced")
     verdict = ev.verdict(model_digest) if ev is not None else None
     if verdict is None:
-        return frozenset(), "float32: no end-to-end bench of these weights on this GPU has checked reduced precision"
+        return PrecisionDecision(frozenset(), False, "float32: no end-to-end bench of these weights on this GPU has "
+                                                     "checked reduced precision")
     if runs is not None:
         mine = ", ".join(dict.fromkeys(runs))
         if verdict.impls is None or tuple(verdict.impls) != tuple(runs):
             ran = (f"ran {', '.join(dict.fromkeys(verdict.impls))}" if verdict.impls is not None
                    else "does not record which variants it ran")
-            return frozenset(), (f"float32, fully connected layers included: the end-to-end bench behind the "
-                                 f"reduced-precision verdict for these weights ({verdict.source}, {verdict.date}) "
-                                 f"{ran}, not this build's {mine}; `invoke bench --end-to-end` checks reduced "
-                                 "precision with it")
+            return PrecisionDecision(frozenset(), False, (
+                f"float32, fully connected layers included: the end-to-end bench behind the reduced-precision verdict "
+                f"for these weights ({verdict.source}, {verdict.date}) {ran}, not this build's {mine}; `invoke bench "
+                "--end-to-end` checks reduced precision with it"))
     if not verdict.reduced_precision_ok:
-        return frozenset(), "float32: reduced precision changed labels in the end-to-end bench"
-    allowed = verdict_precisions(verdict.impls, variants)
+        return PrecisionDecision(frozenset(), False,
+                                 "float32: reduced precision changed labels in the end-to-end bench")
+    convs = verdict_precisions(verdict.impls, variants)
     with_what = f" with this build's {', '.join(dict.fromkeys(runs))}" if runs is not None else ""
-    why = (f"reduced precision ({_names(allowed)}) allowed: no label differs from PyTorch's{with_what} (bench of "
-           f"{verdict.date})")
+    what = (f"{_names(convs)} conv layers, TF32 fully connected layers" if convs else
+            "TF32 fully connected layers, float32 conv layers")
+    why = f"reduced precision ({what}) allowed: no label differs from PyTorch's{with_what} (bench of {verdict.date})"
     # a reduced precision this build could pick that the bench never ran: say why final leaves it out
     could = {v.precision for v in variants if v.reduced_precision and v.role("final").choosable}
-    if missing := [p for p in REDUCED_PRECISIONS if p in could and p not in allowed]:
-        why += (f"; not {_names(missing)}: that bench ran no {_names(missing)} variant in a configuration that kept "
-                "every label (`invoke bench --end-to-end` checks final's fastest reduced plan, then TF32 alone)")
-    return allowed, why
+    if missing := [p for p in REDUCED_PRECISIONS if p in could and p not in convs]:
+        names = _names(missing, " or ")
+        why += (f"; not {names} conv layers: that bench ran no {names} variant in a configuration that kept every "
+                "label (`invoke bench --end-to-end` checks final's fastest reduced plan, then TF32 alone, then float32 "
+                "conv layers)")
+    return PrecisionDecision(convs, True, why)
 
 
 def plan(milestone: str, sites: Sequence[ConvSite], variants: Sequence[Variant], evidence: Evidence | None = None,
@@ -386,8 +407,7 @@ def plan(milestone: str, sites: Sequence[ConvSite], variants: Sequence[Variant],
 
     variants: every variant of the build (CPU and GPU); evidence: this GPU's (pyconv.evidence.for_gpu), used by
     final only; model_digest: the weights' digest, for final's precision verdict; precision: 'auto' (decide from
-    the evidence), or 'fp32' / 'reduced' / 'tf32' (reduced, TF32 only) to force one (the end-to-end bench measures
-    them)."""
+    the evidence), or one of the others in PRECISIONS to force it (the end-to-end bench measures them)."""
     m = milestone_key(milestone)
     device = "cpu" if m == "m2" else "gpu"
     mine = [v for v in variants if v.device == device]
@@ -403,10 +423,9 @@ def plan(milestone: str, sites: Sequence[ConvSite], variants: Sequence[Variant],
         return Plan(m, device, tuple(_m4_choice(mine, s) for s in sites), "fp32", "float32, the course's arithmetic",
                     chunks, streams)
     if any(v.role("final").choosable for v in mine):
-        allowed, why = precision_decision(evidence, model_digest, precision, variants=mine)
-        choices = [_final_choice(mine, s, evidence, allowed) for s in sites]
+        d = precision_decision(evidence, model_digest, precision, variants=mine)
+        choices = [_final_choice(mine, s, evidence, d.convs) for s in sites]
     else:  # nothing to choose between (a student handout): the student's variant, as milestones 2 to 4 run it
         choices = [_default_choice(mine, "final", s, "final") for s in sites]
-        allowed, why = precision_decision(evidence, model_digest, precision, runs=[c.variant for c in choices],
-                                          variants=mine)
-    return Plan(m, device, tuple(choices), "tf32" if allowed else "fp32", why, chunks, streams, tuned=True)
+        d = precision_decision(evidence, model_digest, precision, runs=[c.variant for c in choices], variants=mine)
+    return Plan(m, device, tuple(choices), "tf32" if d.fc_tf32 else "fp32", d.why, chunks, streams, tuned=True)

@@ -613,25 +613,26 @@ def test_trace_pass_says_where_a_calls_time_goes(monkeypatch):
     assert calls == [1, 1]  # nothing is run untraced
 
 
-@pytest.mark.parametrize("tf32_moves, fp16_in_candidate", [(0, True), (2, True), (0, False)])
-def test_end_to_end_tries_tf32_alone_after_an_fp16_candidate_moved_a_label(monkeypatch, tf32_moves,
-                                                                           fp16_in_candidate):
-    """The reduced candidate moved a label: where it ran an FP16 variant, final's plan with TF32 alone is measured
-    next and kept when it moves none; otherwise (or when it moves one too) final runs float32."""
+@pytest.mark.parametrize("tf32_moves, fc_moves, fp16_in_candidate",
+                         [(0, 0, True), (2, 0, True), (2, 1, True), (0, 0, False), (0, 3, False)])
+def test_end_to_end_tries_less_rounding_after_a_candidate_moved_a_label(monkeypatch, tf32_moves, fc_moves,
+                                                                        fp16_in_candidate):
+    """The reduced candidate moved a label: final's plan with TF32 alone (where it differs), then with float32 conv
+    layers and TF32 fully connected layers, each kept when it moves no label; failing all, final runs float32."""
     from types import SimpleNamespace
 
     from pyconv.bench import end_to_end as e2e
 
     labels = np.arange(6) % 3
     torch_labels = labels.copy()
-    plans = {"reduced": ["fused", "half" if fp16_in_candidate else "tf"], "tf32": ["fused", "tf"],
-             "fp32": ["fused", "exact"]}
-    moved = {"reduced": 1, "tf32": tf32_moves, "fp32": 0}
+    plans = {"reduced": (["fused", "half" if fp16_in_candidate else "tf"], "tf32"), "tf32": (["fused", "tf"], "tf32"),
+             "fc-tf32": (["fused", "exact"], "tf32"), "fp32": (["fused", "exact"], "fp32")}
+    moved = {"reduced": 1, "tf32": tf32_moves, "fc-tf32": fc_moves, "fp32": 0}
     measured = []
 
     def final_plan(model, batch, precision):
-        return SimpleNamespace(impls=plans[precision], fc_math="fp32" if precision == "fp32" else "tf32", chunks=1,
-                               streams=1, precision=precision)
+        impls, fc = plans[precision]
+        return SimpleNamespace(impls=impls, fc_math=fc, chunks=1, streams=1, precision=precision)
 
     def measure_ours(model, cfg, x, xp, labels_, warmup, reps, sweep):
         measured.append(cfg.precision)
@@ -653,14 +654,15 @@ def test_end_to_end_tries_tf32_alone_after_an_fp16_candidate_moved_a_label(monke
     monkeypatch.setattr(e2e, "_measure_ours", measure_ours)
     monkeypatch.setattr(e2e, "copy_floor", lambda *a: {"median": 0.5})
     monkeypatch.setattr(e2e, "_torch_end_to_end", lambda *a: ({"name": "eager-fp32"}, torch_labels))
-    monkeypatch.setattr(e2e, "_precisions", lambda p: {"fp16" if "half" in p.impls else "tf32"})
     entry = e2e.bench_end_to_end("m", 6, 1, 1, torch=FakeTorch)
-    assert entry["pyconv_reduced"]["impls"] == plans["reduced"] and entry["pyconv_reduced"]["differ_vs_pytorch"] == 1
-    if fp16_in_candidate and tf32_moves == 0:
-        assert measured == ["reduced", "tf32"] and entry["reduced_precision_ok"] is True
-        assert entry["impls"] == plans["tf32"] and entry["fc_math"] == "tf32" and "pyconv_tf32" not in entry
-    else:
-        assert measured == (["reduced", "tf32", "fp32"] if fp16_in_candidate else ["reduced", "fp32"])
-        assert entry["reduced_precision_ok"] is False and entry["impls"] == plans["fp32"]
-        assert ("pyconv_tf32" in entry) == fp16_in_candidate
+    assert entry["pyconv_reduced"]["impls"] == plans["reduced"][0] and entry["pyconv_reduced"]["differ_vs_pytorch"] == 1
+    # TF32 alone is measured only where it differs from the first candidate (which had an FP16 variant)
+    tries = ["reduced", *(["tf32"] if fp16_in_candidate else [])]
+    kept = "tf32" if fp16_in_candidate and tf32_moves == 0 else "fc-tf32" if fc_moves == 0 else "fp32"
+    tries += [] if kept == "tf32" else ["fc-tf32"] + ([] if kept == "fc-tf32" else ["fp32"])
+    assert measured == tries
+    assert entry["reduced_precision_ok"] is (kept != "fp32")
+    assert (entry["impls"], entry["fc_math"]) == plans[kept]
+    assert ("pyconv_tf32" in entry) == ("tf32" in tries and kept != "tf32")
+    assert ("pyconv_fc_tf32" in entry) == (kept == "fp32")
     assert entry["pyconv"]["differ_vs_pytorch"] == 0

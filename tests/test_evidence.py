@@ -128,9 +128,11 @@ def test_an_fp16_verdict_comes_from_the_bench_that_ran_an_fp16_variant(tmp_path)
     vs = [v("exact", 0, "fp32"), v("tf", 1, "tf32"), v("half", 2, "fp16")]
     site = plan.ConvSite(0, "conv2", 100, 6, 22, 22, 16, 5, False)
     layer = dict(CONV2, variants=[row("half", 0.1), row("tf", 0.2), row("exact", 0.4)])
-    for ran, want, why in ((["half"], "half", "reduced precision (TF32 and FP16) allowed"),
-                           (["tf"], "tf", "reduced precision (TF32) allowed: no label differs from PyTorch's (bench "
-                                          "of 2000-01-01); not FP16: that bench ran no FP16 variant")):
+    for ran, want, why in ((["half"], "half", "reduced precision (FP16 conv layers, TF32 fully connected layers) "
+                                              "allowed"),
+                           (["tf"], "tf", "reduced precision (TF32 conv layers, TF32 fully connected layers) allowed: "
+                                          "no label differs from PyTorch's (bench of 2000-01-01); not FP16 conv "
+                                          "layers: that bench ran no FP16 variant")):
         ev = build.merge(None, run("2000-01-01", layers=[layer], e2e=[verdict("d", True, impls=ran)]), "a.json")
         ev = evidence.load(evidence.save(ev, tmp_path / "g.json"))  # through the file
         p = plan.plan("final", [site], vs, ev, model_digest="d")

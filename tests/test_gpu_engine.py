@@ -584,7 +584,8 @@ def test_final_runs_float32_unless_a_bench_of_these_weights_allowed_reduced_prec
     evidence.save(ev, evidence.path_for(name))
     p = make_plan("final", model, 100, echo=lambda _s: None)
     # a verdict that does not record its variants allows TF32, not FP16 (it predates FP16 variants)
-    assert p.fc_math == "tf32" and p.precision.startswith("reduced precision (TF32) allowed")
+    assert p.fc_math == "tf32" and p.precision.startswith("reduced precision (TF32 conv layers, TF32 fully connected "
+                                                          "layers) allowed")
     assert "2000-01-01" in p.precision
     fp16 = {v["name"] for v in gpu().variants() if v["precision"] == "fp16"}
     assert not set(p.impls) & fp16

@@ -135,8 +135,8 @@ def test_a_student_builds_final_uses_only_a_tf32_verdict_earned_with_its_own_var
     e.verdicts["d"] = Verdict("m", "d", True, "2000-01-03", "bench-e2e-mine.json", 0, ("gpu-student", "gpu-student"))
     p = plan.plan("final", SITES, student_build(), e, model_digest="d")
     assert p.fc_math == "tf32" and p.impls == ["gpu-student"] * 2
-    assert p.precision == ("reduced precision (TF32) allowed: no label differs from PyTorch's with this build's "
-                           "gpu-student (bench of 2000-01-03)")
+    assert p.precision == ("reduced precision (TF32 fully connected layers, float32 conv layers) allowed: no label "
+                           "differs from PyTorch's with this build's gpu-student (bench of 2000-01-03)")
     e.verdicts["d"] = Verdict("m", "d", False, "2000-01-03", "bench-e2e-mine.json", 3, ("gpu-student",) * 2)
     p = plan.plan("final", SITES, student_build(), e, model_digest="d")
     assert p.fc_math == "fp32" and p.precision == "float32: reduced precision changed labels in the end-to-end bench"
@@ -194,7 +194,8 @@ def test_final_takes_the_fastest_measured_variant_it_may_choose():
     e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e.json")
     p = plan.plan("final", SITES, ladder(), e, model_digest="d")
     assert p.impls == ["fused", "tf32"] and p.fc_math == "tf32" and p.tuned
-    assert p.precision == "reduced precision (TF32) allowed: no label differs from PyTorch's (bench of 2000-01-02)"
+    assert p.precision == ("reduced precision (TF32 conv layers, TF32 fully connected layers) allowed: no label "
+                           "differs from PyTorch's (bench of 2000-01-02)")  # a file without its variants: TF32
     assert "tf32-fused is on-request in final: tf32-fused is not for final" in p.layers[0].why
     assert "0.3 ms" in p.layers[1].why and "bench-x.json" in p.layers[1].why
     # float32: no verdict for these weights, or a verdict against TF32, or forced
@@ -225,9 +226,10 @@ def test_an_fp16_variant_is_reduced_precision_allowed_only_by_a_verdict_that_ran
     e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e.json", 0, ("fused", "tf32"))
     p = plan.plan("final", SITES, vs, e, model_digest="d")
     assert p.impls == ["fused", "tf32"] and p.fc_math == "tf32"
-    assert p.precision == ("reduced precision (TF32) allowed: no label differs from PyTorch's (bench of 2000-01-02); "
-                           "not FP16: that bench ran no FP16 variant in a configuration that kept every label "
-                           "(`invoke bench --end-to-end` checks final's fastest reduced plan, then TF32 alone)")
+    assert p.precision == ("reduced precision (TF32 conv layers, TF32 fully connected layers) allowed: no label "
+                           "differs from PyTorch's (bench of 2000-01-02); not FP16 conv layers: that bench ran no FP16 "
+                           "variant in a configuration that kept every label (`invoke bench --end-to-end` checks "
+                           "final's fastest reduced plan, then TF32 alone, then float32 conv layers)")
     assert "measured on this shape in float32 or TF32 among" in p.layers[1].why
     assert p.layers[1].why.endswith("faster: half rounds to FP16")
     e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e.json")  # variants not recorded: the same
@@ -240,20 +242,30 @@ def test_an_fp16_variant_is_reduced_precision_allowed_only_by_a_verdict_that_ran
     assert p.impls == ["fused", "tf32"] and p.fc_math == "tf32"
     with pytest.raises(PyconvError, match="unknown precision 'fp16'"):
         plan.plan("final", SITES, vs, e, model_digest="d", precision="fp16")
-    # its verdict, having run half, allows FP16 (and TF32, with which the fully connected layers ran)
+    # its verdict, having run half, allows FP16 in the conv layers (and TF32 in the fully connected layers, with
+    # which it ran them; not TF32 in the conv layers, which it did not run)
     e.verdicts["d"] = Verdict("m", "d", True, "2000-01-03", "bench-e2e.json", 0, ("fused", "half"))
     p = plan.plan("final", SITES, vs, e, model_digest="d")
     assert p.impls == ["fused", "half"] and p.fc_math == "tf32"
-    assert p.precision == "reduced precision (TF32 and FP16) allowed: no label differs from PyTorch's (bench of " \
-                          "2000-01-03)"
-    assert "measured on this shape among" in p.layers[1].why and "faster" not in p.layers[1].why
+    assert p.precision.startswith("reduced precision (FP16 conv layers, TF32 fully connected layers) allowed: no "
+                                  "label differs from PyTorch's (bench of 2000-01-03); not TF32 conv layers")
+    assert "measured on this shape in float32 or FP16 among" in p.layers[1].why and "faster" not in p.layers[1].why
     # ... and a verdict against it leaves every reduced variant out
     e.verdicts["d"] = Verdict("m", "d", False, "2000-01-03", "bench-e2e.json", 2, ("fused", "half"))
     p = plan.plan("final", SITES, vs, e, model_digest="d")
     assert p.impls == ["fused", "direct"] and p.fc_math == "fp32"
     assert p.precision == "float32: reduced precision changed labels in the end-to-end bench"
-    assert plan.verdict_precisions(("fused", "half"), vs) == {"tf32", "fp16"}
+    assert plan.verdict_precisions(("fused", "half"), vs) == {"fp16"}
+    assert plan.verdict_precisions(("fused", "tf32", "half"), vs) == {"tf32", "fp16"}
+    assert plan.verdict_precisions(("fused", "direct"), vs) == set()  # float32 convs: the FC layers' TF32 only
     assert plan.verdict_precisions(None, vs) == {"tf32"}
+    # such a verdict (the bench's float32-conv candidate kept every label): FC in TF32, every conv in float32
+    e.verdicts["d"] = Verdict("m", "d", True, "2000-01-04", "bench-e2e.json", 0, ("fused", "direct"))
+    p = plan.plan("final", SITES, vs, e, model_digest="d")
+    assert p.impls == ["fused", "direct"] and p.fc_math == "tf32"
+    assert p.precision.startswith("reduced precision (TF32 fully connected layers, float32 conv layers) allowed")
+    assert plan.plan("final", SITES, vs, e, model_digest="d", precision="fc-tf32").impls == ["fused", "direct"]
+    assert plan.plan("final", SITES, vs, e, model_digest="d", precision="fc-tf32").fc_math == "tf32"
 
 
 def test_final_skips_a_measured_winner_that_cannot_take_the_layer():
@@ -307,20 +319,23 @@ def test_unknown_milestone_and_precision():
 # now `--fallback`; without it those are errors).
 FIXED, SPEC, TC, CONST = "gpu-fused-tanh-pool", "gpu-specialised", "gpu-tensor-core-tf32", "gpu-constant-operand"
 SUBSTITUTED = {FIXED: [FIXED, SPEC], TC: [SPEC, TC], "gpu-tensor-core-fused": ["gpu-tensor-core-fused", SPEC]}
-ALLOWED = "reduced precision (TF32) allowed: no label differs from PyTorch's (bench of {})"
+# The precision line's wording since verdicts allow the conv layers' and the fully connected layers' precisions
+# separately (what the verdict's configuration ran: the choices are the same).
+ALLOWED = "reduced precision ({}) allowed: no label differs from PyTorch's (bench of {})"
+TF32_BOTH, FC_ONLY = "TF32 conv layers, TF32 fully connected layers", "TF32 fully connected layers, float32 conv layers"
 BEFORE = {
-    "ece408": dict(final=[FIXED, TC], fc="tf32", why=ALLOWED.format("2026-11-23T04:15:51+00:00"),
+    "ece408": dict(final=[FIXED, TC], fc="tf32", why=ALLOWED.format(TF32_BOTH, "2026-11-23T04:15:51+00:00"),
                    exact=[FIXED, SPEC], reduced=[FIXED, TC], impl=SUBSTITUTED),
-    "ece408-fa18": dict(final=[FIXED, CONST], fc="tf32", why=ALLOWED.format("2026-11-23T04:16:24+00:00"),
+    "ece408-fa18": dict(final=[FIXED, CONST], fc="tf32", why=ALLOWED.format(FC_ONLY, "2026-11-23T04:16:24+00:00"),
                         exact=[FIXED, CONST], reduced=[FIXED, CONST], impl=SUBSTITUTED),
-    "ece408-high": dict(final=[FIXED], fc="tf32", why=ALLOWED.format("2026-11-23T04:15:51+00:00"), exact=[FIXED],
-                        reduced=[FIXED], impl={}),
-    "ece408-low": dict(final=[FIXED], fc="tf32", why=ALLOWED.format("2026-11-23T04:15:51+00:00"), exact=[FIXED],
-                       reduced=[FIXED], impl={}),
+    "ece408-high": dict(final=[FIXED], fc="tf32", why=ALLOWED.format(FC_ONLY, "2026-11-23T04:15:51+00:00"),
+                        exact=[FIXED], reduced=[FIXED], impl={}),
+    "ece408-low": dict(final=[FIXED], fc="tf32", why=ALLOWED.format(FC_ONLY, "2026-11-23T04:15:51+00:00"),
+                       exact=[FIXED], reduced=[FIXED], impl={}),
     "ece408-sp18": dict(final=[FIXED, SPEC], fc="fp32",
                         why="float32: reduced precision changed labels in the end-to-end bench",
                         exact=[FIXED, SPEC], reduced=[FIXED, TC], impl=SUBSTITUTED),
-    "course-sp19": dict(final=[FIXED, TC], fc="tf32", why=ALLOWED.format("2026-11-23T04:15:51+00:00"),
+    "course-sp19": dict(final=[FIXED, TC], fc="tf32", why=ALLOWED.format(TF32_BOTH, "2026-11-23T04:15:51+00:00"),
                         exact=[FIXED, SPEC], reduced=[FIXED, TC], impl=SUBSTITUTED),
 }
 # On a GPU with no evidence of its own (e.g. an H100) the old code used the hand-kept FINAL_TABLE (H200
@@ -396,8 +411,8 @@ def test_the_plan_on_an_h200_equals_what_the_milestones_chose_before(name, batch
         # FP16 variants joined the ladder after BEFORE was recorded: the verdict's bench ran none, so the line says
         # final leaves FP16 out, and the rest of it is unchanged
         why, _, note = why.partition("; ")
-        assert note.startswith("not FP16: that bench ran no FP16 variant in a configuration that kept every "
-                               "label"), p.precision
+        assert re.match(r"not (TF32 or )?FP16 conv layers: that bench ran no (TF32 or )?FP16 variant in a "
+                        r"configuration that kept every label", note), p.precision
     assert (p.impls, p.fc_math, why) == (want["final"], want["fc"], want["why"])
     assert p.chunks == (4 if batch >= 16 else 1) and p.streams == 4 and p.tuned
     assert plan.plan("final", sites, vs, ev, model_digest=model.digest(), precision="fp32").impls == want["exact"]
@@ -438,7 +453,9 @@ def test_invoke_plan_explains_a_milestone_for_a_gpu_by_name():
     lines = milestones.explain("final", batch=100, model="ece408", gpu_name="NVIDIA H200")
     assert lines[0] == "for NVIDIA H200"
     # the committed H200 evidence's verdict for these weights (its bench ran an FP16 variant or not)
-    assert re.match(r"final on the GPU: reduced precision \(TF32( and FP16)?\) allowed: no label differs", lines[1])
+    assert re.match(r"final on the GPU: reduced precision \(((TF32|FP16|TF32 and FP16) conv layers, TF32 fully "
+                    r"connected layers|TF32 fully connected layers, float32 conv layers)\) allowed: no label differs",
+                    lines[1]), lines[1]
     assert lines[3].startswith("conv layer 1 (conv1: C=1 48x48")
     assert " -- fastest conv + tanh + pool measured on this shape" in lines[3]  # which one: results/evidence/
     with pytest.raises(PyconvError, match="--impl gpu-fused-tanh-pool cannot run conv layer 2"):

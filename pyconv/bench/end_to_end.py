@@ -15,6 +15,9 @@ from ..engines import gpu
 from ..plan import Plan, conv_sites, plan
 from .timing import batch_stats, host_timed, time_cuda_events
 
+# The reduced candidates measured, in this order, after final's fastest reduced plan moved a label (plan precisions).
+FALLBACK_PRECISIONS = ("tf32", "fc-tf32")
+
 # The pipeline shapes the end-to-end bench sweeps (the final plan's chunks and streams were chosen from it).
 PIPELINE_CHUNKS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32)
 PIPELINE_STREAMS = (2, 4)
@@ -83,9 +86,10 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
 
     The reduced-precision candidate (final's plan with every variant allowed: a TF32 or FP16 variant where one is
     fastest, and the fully connected layers in cuBLAS TF32) is measured first; when a label differs from
-    PyTorch's and that candidate ran an FP16 variant, final's plan with TF32 alone is measured next, and kept when
-    no label differs; otherwise the float32 configuration is measured too and is what final runs ("pyconv"; the
-    rejected candidates stay in "pyconv_reduced" and "pyconv_tf32"). The entry records the verdict for these
+    PyTorch's, final's plan with TF32 alone, then with float32 conv layers and TF32 fully connected layers
+    (FALLBACK_PRECISIONS), each where it differs from what was measured, and the first that moves no label is kept;
+    failing all, the float32 configuration is measured too and is what final runs ("pyconv"; the rejected
+    candidates stay in "pyconv_reduced", "pyconv_tf32" and "pyconv_fc_tf32"). The entry records the verdict for these
     weights (model_digest, reduced_precision_ok) and the variants that earned it (impls: which reduced precisions it
     checked), which final reads through the evidence file (pyconv.evidence, pyconv.plan.verdict_precisions).
     Without PyTorch nothing can be verified: the float32 configuration is measured and no verdict is recorded."""
@@ -110,17 +114,21 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
         entry["reduced_precision_ok"] = ours["differ_vs_pytorch"] == 0
         if not entry["reduced_precision_ok"]:
             entry["pyconv_reduced"] = dict(ours, impls=cfg.impls, fc_math=cfg.fc_math)
-            # FP16's narrower range may be what moved a label: where the candidate ran an FP16 variant, TF32 alone
-            # (TF32 variants where they are fastest, the FC layers in TF32) is the next candidate.
-            tf32 = final_plan(model, batch, "tf32")
-            if _precisions(cfg) - {"tf32"} and tf32.impls != cfg.impls:
-                ours, predicted = _measure_ours(model, tf32, x, xp, labels, warmup, reps, sweep=False)
+            # Less rounding, step by step: TF32 alone (FP16's narrower range may be what moved a label), then
+            # float32 conv layers with the fully connected layers in TF32. A candidate the same as one measured
+            # already is skipped; the first that moves no label is what final runs.
+            tried = [cfg]
+            for precision in FALLBACK_PRECISIONS:
+                cand = final_plan(model, batch, precision)
+                if any(c.impls == cand.impls and c.fc_math == cand.fc_math for c in tried):
+                    continue
+                tried.append(cand)
+                ours, predicted = _measure_ours(model, cand, x, xp, labels, warmup, reps, sweep=False)
                 ours["differ_vs_pytorch"] = int(np.count_nonzero(predicted != torch_labels))
-                entry["reduced_precision_ok"] = ours["differ_vs_pytorch"] == 0
-                if entry["reduced_precision_ok"]:
-                    cfg = tf32
-                else:
-                    entry["pyconv_tf32"] = dict(ours, impls=tf32.impls, fc_math=tf32.fc_math)
+                if ours["differ_vs_pytorch"] == 0:
+                    entry["reduced_precision_ok"], cfg = True, cand
+                    break
+                entry["pyconv_" + precision.replace("-", "_")] = dict(ours, impls=cand.impls, fc_math=cand.fc_math)
             if not entry["reduced_precision_ok"]:
                 cfg = final_plan(model, batch, "fp32")
                 ours, predicted = _measure_ours(model, cfg, x, xp, labels, warmup, reps, sweep=False)
@@ -183,12 +191,6 @@ def _torch_end_to_end(torch, model: Model, x: np.ndarray, labels: np.ndarray, wa
 # CUDA graphs), one configuration per precision. Each costs minutes of compilation (its compile_s is recorded).
 COMPILED_CONFIGS = ("compiled-fp32", "compiled-tf32", "compiled-fp16-channels-last")
 COMPILE_MODE = "max-autotune"
-
-
-def _precisions(p: Plan) -> set[str]:
-    """The arithmetic classes a plan's conv variants run in ("fp32", "tf32", "fp16")."""
-    precision = {v.name: v.precision for v in variants.gpu_variants()}
-    return {precision.get(n, "fp32") for n in p.impls}
 
 
 def trace_pass(fn) -> dict:

@@ -255,7 +255,7 @@ class Measured(Record):
     peak_device_bytes: int | None = None
     pipeline: list[PipelineRow] = field(default_factory=list, metadata=_conv(_list_of(PipelineRow)))
     differ_vs_pytorch: int | None = None
-    impls: list[str] | None = None  # in "pyconv_reduced" and "pyconv_tf32" (rejected candidates) only
+    impls: list[str] | None = None  # in the rejected candidates ("pyconv_reduced", "pyconv_tf32", ...) only
     fc_math: str | None = None
     error: str | None = None
 
@@ -313,8 +313,10 @@ class EndToEnd(Record):
     pytorch: TorchEndToEnd = field(default_factory=TorchEndToEnd, metadata=_conv(TorchEndToEnd.from_dict))
     reduced_precision_ok: bool | None = None  # None: no verdict (no PyTorch to compare with)
     pyconv_reduced: Measured | None = field(default=None, metadata=_conv(Measured.from_dict))
-    # the TF32-only candidate, where it too moved a label (where it kept them all, it is "pyconv")
+    # the later candidates (pyconv.bench.end_to_end.FALLBACK_PRECISIONS), where they too moved a label (the one
+    # that kept them all is "pyconv"): TF32 alone; float32 conv layers with TF32 fully connected layers
     pyconv_tf32: Measured | None = field(default=None, metadata=_conv(Measured.from_dict))
+    pyconv_fc_tf32: Measured | None = field(default=None, metadata=_conv(Measured.from_dict))
     x_pytorch: dict[str, float] = field(default_factory=dict)
     multi_gpu: list[ScalingRow] = field(default_factory=list, metadata=_conv(_list_of(ScalingRow)))
     copy_floor_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))  # the uint8 batch, pinned H2D

@@ -304,12 +304,13 @@ def end_to_end_table(result: BenchResult) -> Table:
                 t.notes.append(f"{e.model} pyconv {mode[:-3]}: {s.error}")
         fc = f", FC {e.fc_math}" if e.fc_math is not None else ""
         whos = [("pyconv " + ",".join(e.impls) + fc, e.pyconv)]
-        rejected = [r for r in (e.pyconv_reduced, e.pyconv_tf32) if r is not None]
+        rejected = [r for r in (e.pyconv_reduced, e.pyconv_tf32, e.pyconv_fc_tf32) if r is not None]
         for r in rejected:
             whos.append((f"rejected: pyconv {','.join(r.impls)}, FC {r.fc_math}", r))
         if rejected:
             what = " and ".join(f"{','.join(r.impls)} changed {r.differ_vs_pytorch} label(s)" for r in rejected)
-            runs = "with TF32 alone" if e.reduced_precision_ok else "in float32"
+            runs = (f"{','.join(e.impls)} with FC {e.fc_math}, which changed none" if e.reduced_precision_ok
+                    else "in float32")
             noun = "configuration" if len(rejected) == 1 else "configurations"
             t.notes.append(f"{e.model}: against PyTorch's float32 network, the reduced-precision {noun} {what}, so "
                            f"final runs {runs}")
