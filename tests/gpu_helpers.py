@@ -25,6 +25,11 @@ def gpu():
     return _gpu
 
 
+def descriptor(name: str) -> dict:
+    """The registry's descriptor of GPU variant `name` (pyconv._gpu.variants())."""
+    return next(v for v in gpu().variants() if v["name"] == name)
+
+
 def close(y: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tuple[bool, str]:
     """pyconv.verify's comparison (atol + rtol*|ref|, NaN anywhere fails): (ok, a message naming the worst
     element)."""
@@ -41,7 +46,7 @@ def check_shape(name: str, shape, seed: int) -> None:
     rng = np.random.default_rng([seed, *shape])
     x = verify.random_nonzero(rng, (B, C, H, W))
     k = verify.random_nonzero(rng, (M, C, K, K))
-    v = next(v for v in g.variants() if v["name"] == name)
+    v = descriptor(name)
     ok, msg = close(g.conv(name, x, k), verify.expected(x, k, v["epilogue"]), *verify.tolerance(v["rtol"], C, K))
     assert ok, f"{name} {shape}: {msg}"
 
@@ -58,7 +63,7 @@ def check_beyond_fp16_range(name: str, seed: int, channel: int = 2) -> None:
     y = gpu().conv(name, x, k)
     reached = y[0, :, 10 - K + 1:11, 11 - K + 1:12]
     assert not np.isfinite(reached).any(), f"{name}: an output whose window holds 1e5 came out finite"
-    v = next(v for v in gpu().variants() if v["name"] == name)
+    v = descriptor(name)
     ok, msg = close(y[1:], verify.expected(x[1:], k), *verify.tolerance(v["rtol"], C, K))
     assert ok, f"{name}: {msg}"
 

@@ -11,6 +11,7 @@ from gpu_helpers import (
     HAVE_GPU,
     clear_margin,
     close,
+    descriptor,
     gpu,
     network_of,
     random_model,
@@ -133,15 +134,11 @@ def variant_ids():
     return GPU
 
 
-def variant_named(name: str) -> dict:
-    return next(v for v in gpu().variants() if v["name"] == name)
-
-
 @requires_gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", variant_ids())
 def test_variant_matches_reference_on_random_shapes(name):
-    g, v = gpu(), variant_named(name)
+    g, v = gpu(), descriptor(name)
     skip_if_unstarted(name, g.conv)
     rng = np.random.default_rng(SEED)
     tested = 0
@@ -173,7 +170,7 @@ def batch_10000():
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", variant_ids())
 def test_variant_batch_1_and_10000(name, batch_10000):
-    g, v = gpu(), variant_named(name)
+    g, v = gpu(), descriptor(name)
     skip_if_unstarted(name, g.conv)
     x, k, ref = batch_10000
     if g.why_unsupported(name, 10000, 1, 28, 28, 6, 5):

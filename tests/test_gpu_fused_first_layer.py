@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gpu_helpers import close, gpu, network_of, requires_gpu, requires_gpu_module
+from gpu_helpers import close, descriptor, gpu, network_of, requires_gpu, requires_gpu_module
 from student_variants import skip_if_unstarted
 
 from pyconv import verify
@@ -31,10 +31,6 @@ def fused_variants(precision: str | None = None) -> list[str]:
             if v["epilogue"] == "tanh-maxpool2" and (precision is None or v["precision"] == precision)]
 
 
-def variant(name: str) -> dict:
-    return next(v for v in gpu().variants() if v["name"] == name)
-
-
 # (B, H, W, M): the course's first layers (sp19, sp18, fa17, fa19 at K=5; fa18 is K=7), odd and even pooled
 # heights (H - 4 odd: the pool drops the last conv row; Hp odd: the last item row has one pooled row), batch 1,
 # batches not a multiple of the SM count or of any image group, M of 2, 5 and 10 channel groups, tiny images.
@@ -54,7 +50,7 @@ SHAPES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", fused_variants())
 def test_first_layer_shapes_match_reference(name):
-    g, v = gpu(), variant(name)
+    g, v = gpu(), descriptor(name)
     skip_if_unstarted(name, g.conv)
     rng = np.random.default_rng(SEED)
     tested = 0
@@ -79,7 +75,7 @@ def test_first_layer_shapes_match_reference(name):
 def test_saturated_and_zero_inputs(name):
     """Conv values far beyond tanh's saturation (both signs) and exactly zero images: tanh must give exactly
     +-1 and 0 there, whatever formula a step uses."""
-    g, v = gpu(), variant(name)
+    g, v = gpu(), descriptor(name)
     skip_if_unstarted(name, g.conv)
     rng = np.random.default_rng(SEED + 1)
     x = rng.uniform(-255, 255, (9, 1, 48, 48)).astype(np.float32)
@@ -171,7 +167,7 @@ SPLIT_SHAPES = [
 def test_split_f16_every_kernel_size_and_odd_shape():
     """float32 input (three MMAs per k-step) against the reference at every K <= 7 and odd pooled edges; the
     tolerance is float32's: the split operands are FP32-accurate."""
-    g, v = gpu(), variant(SPLIT)
+    g, v = gpu(), descriptor(SPLIT)
     rng = np.random.default_rng(SEED + 19)
     for B, H, W, M, K in SPLIT_SHAPES:
         assert g.why_unsupported(SPLIT, B, 1, H, W, M, K) == "", (B, H, W, M, K)
@@ -213,7 +209,7 @@ def test_split_f16_beyond_fp16_range_gives_nan():
     """The documented contract: a value past fp16's range (|v| >= 65520) makes every pooled output it reaches NaN,
     never a finite wrong number; every other output is still right. A pixel reaches the pooled outputs whose 2x2
     window of conv outputs overlaps its K x K neighbourhood; a weight reaches its whole filter."""
-    g, v = gpu(), variant(SPLIT)
+    g, v = gpu(), descriptor(SPLIT)
     rng = np.random.default_rng(SEED + 21)
     B, H, W, M, K = 3, 20, 22, 6, 5
     x = verify.random_nonzero(rng, (B, 1, H, W))

@@ -17,6 +17,7 @@ from gpu_helpers import (
     check_beyond_fp16_range,
     check_refused_for_shared_memory,
     check_shape,
+    descriptor,
     gpu,
     requires_gpu,
     requires_gpu_module,
@@ -62,10 +63,6 @@ BANDED = [
     (2, 22, 41, 41, 6, 5),      # M < 16, K = 5, odd W
     (300, 26, 32, 32, 8, 3),    # 600 units (2 bands per image): each block walks several through the ring
 ]
-
-
-def descriptor(name: str = NAME) -> dict:
-    return next(v for v in gpu().variants() if v["name"] == name)
 
 
 @requires_gpu

@@ -13,7 +13,7 @@ from gpu_helpers import (
     check_beyond_fp16_range,
     check_refused_for_shared_memory,
     check_shape,
-    gpu,
+    descriptor,
     requires_gpu,
     requires_gpu_module,
 )
@@ -42,10 +42,6 @@ SHAPES = [
 ]
 
 
-def descriptor():
-    return next(v for v in gpu().variants() if v["name"] == NAME)
-
-
 @requires_gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-C{}-{}x{}-M{}-K{}".format(*s))
@@ -66,7 +62,7 @@ def test_beyond_fp16_range_is_not_finite(channel):
 def test_reduced_precision_is_declared():
     """One FP16 rounding per operand (TF32's 11-bit significand): held to 2e-3 and counted as reduced precision
     (fp16) wherever precision is decided."""
-    v = descriptor()
+    v = descriptor(NAME)
     assert v["rtol"] == 2e-3 and v["precision"] == "fp16" and v["epilogue"] == "none"
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from built_variants import needs
-from gpu_helpers import check_refused_for_shared_memory, check_shape, gpu, requires_gpu, requires_gpu_module
+from gpu_helpers import check_refused_for_shared_memory, check_shape, descriptor, requires_gpu, requires_gpu_module
 
 NAME = "gpu-tensor-core-tf32-lean"
 SEED = 2022
@@ -44,7 +44,7 @@ def test_shapes_match_reference(shape):
 @requires_gpu_module
 def test_tf32_tolerance_is_declared():
     """One TF32 rounding per operand: held to step 13's 2e-3, and counted as TF32 wherever precision is decided."""
-    v = next(v for v in gpu().variants() if v["name"] == NAME)
+    v = descriptor(NAME)
     assert v["rtol"] == 2e-3 and v["precision"] == "tf32"
 
 
