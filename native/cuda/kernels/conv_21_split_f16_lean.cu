@@ -455,9 +455,8 @@ void conv_fwd_gpu_split_f16_lean(const float* x, const float* k, float* y, const
   const LeanKernel kernel = c.kernels[__builtin_ctz(unsigned(p.lo_dist)) - kLoLogs[0]];
   const size_t smem = smem_bytes(p);
   const int threads = warps * 32;
-  const long long fit = persistent_blocks("gpu-split-f16-lean", kernel, threads, smem);
   // Persistent blocks: each walks images blockIdx.x, +gridDim.x, ...
-  const dim3 grid{unsigned(std::min<long long>(s.B, fit)), 1u, 1u};
+  const dim3 grid = persistent_grid("gpu-split-f16-lean", kernel, threads, smem, s.B);
   kernel<<<grid, threads, smem, st>>>(x, k, y, p);
   CUDA_CHECK_LAUNCH();
 }

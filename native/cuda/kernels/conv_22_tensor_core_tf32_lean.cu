@@ -295,9 +295,8 @@ void conv_fwd_gpu_tensor_core_tf32_lean(const float* x, const float* k, float* y
   const Config& c = pick(p.M, p.tiles, warps);
   const size_t smem = size_t(p.total);
   const int threads = warps * 32;
-  const long long fit = persistent_blocks("gpu-tensor-core-tf32-lean", c.kernel, threads, smem);
   // Persistent blocks: each walks images blockIdx.x, +gridDim.x, ...
-  const dim3 grid{unsigned(std::min<long long>(s.B, fit)), 1u, 1u};
+  const dim3 grid = persistent_grid("gpu-tensor-core-tf32-lean", c.kernel, threads, smem, s.B);
   c.kernel<<<grid, threads, smem, st>>>(x, k, y, p);
   CUDA_CHECK_LAUNCH();
 }

@@ -302,7 +302,7 @@ bool is_pinned(const void* p) {
 }  // namespace
 
 std::vector<int64_t> GpuNetwork::chunk_starts(int64_t rows, int chunks) {
-  const int64_t per = (rows + std::min<int64_t>(chunks, rows) - 1) / std::min<int64_t>(chunks, rows);
+  const int64_t parts = std::min<int64_t>(chunks, rows), per = (rows + parts - 1) / parts;
   std::vector<int64_t> at;
   for (int64_t r = 0; r < rows; r += per) at.push_back(r);
   at.push_back(rows);

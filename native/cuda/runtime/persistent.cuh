@@ -25,4 +25,11 @@ long long persistent_blocks(const char* variant, Kernel kernel, int threads, siz
   return (long long)(sms) * per_sm;
 }
 
+// The grid of a persistent launch over `items` work items: as many blocks as fit, never more than items.
+template <typename Kernel>
+dim3 persistent_grid(const char* variant, Kernel kernel, int threads, size_t smem, long long items) {
+  const long long fit = persistent_blocks(variant, kernel, threads, smem);
+  return dim3{unsigned(items < fit ? items : fit), 1u, 1u};
+}
+
 }  // namespace pyconv
