@@ -80,6 +80,8 @@ class Verdict:
     # the conv variant per layer of the configuration checked (the reduced candidate); None: not recorded (files
     # written before it was), which no build's own variants can claim
     impls: tuple[str, ...] | None = None
+    # how that configuration's fully connected layers multiplied (FC_MATHS); None: not recorded (TF32 then)
+    fc_math: str | None = None
 
 
 @dataclass
@@ -122,7 +124,7 @@ class Evidence:
                 "precision": [{"model": v.model, "model_digest": v.model_digest,
                                "reduced_precision_ok": v.reduced_precision_ok, "date": v.date, "source": v.source,
                                "differ_vs_pytorch": v.differ_vs_pytorch,
-                               "impls": None if v.impls is None else list(v.impls)}
+                               "impls": None if v.impls is None else list(v.impls), "fc_math": v.fc_math}
                               for _, v in sorted(self.verdicts.items(), key=lambda kv: (kv[1].model, kv[0]))],
                 "fallback_order": list(self.fallback_order)}
 
@@ -141,13 +143,15 @@ class Evidence:
                 layers[le.key] = le
             verdicts = {}
             for v in doc["precision"]:
-                d, impls = v.get("differ_vs_pytorch"), v.get("impls")
+                d, impls, fc = v.get("differ_vs_pytorch"), v.get("impls"), v.get("fc_math")
+                if fc is not None and not isinstance(fc, str):
+                    raise TypeError(f"precision 'fc_math' must be a string, got {fc!r}")
                 if impls is not None and not (isinstance(impls, list) and all(isinstance(n, str) for n in impls)):
                     raise TypeError(f"precision 'impls' must be a list of variant names, got {impls!r}")
                 verdicts[str(v["model_digest"])] = Verdict(str(v["model"]), str(v["model_digest"]),
                                                            bool(v["reduced_precision_ok"]), str(v["date"]),
                                                            str(v["source"]), None if d is None else int(d),
-                                                           None if impls is None else tuple(impls))
+                                                           None if impls is None else tuple(impls), fc)
             return cls(gpu=str(doc["gpu"]), layers=layers, verdicts=verdicts,
                        fallback_order=tuple(str(n) for n in doc["fallback_order"]), path=path)
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:

@@ -17,14 +17,16 @@ The rules, from the variants' roles (pyconv.variants; each variant's own file in
   tanh + max-pool follow), then the evidence's fallback order, then the candidates in ladder order. A build with
   no default or candidate for final (a student handout) runs the first on-request variant (the student's), as
   milestones 2 to 4 do, measuring nothing: there is nothing to choose between.
-  Precision: reduced precision (conv variants that round to TF32 or to FP16, and the fully connected layers
-  through cuBLAS TF32) only for weights whose end-to-end bench on this GPU changed no label against PyTorch's
-  float32 network; otherwise float32. That bench runs final's reduced plan (whatever rounds fastest per layer);
-  where it moves a label, the same with TF32 alone, then float32 conv layers with the fully connected layers in
-  TF32. It records the variants of the configuration that kept every label, and its verdict allows exactly what
-  that configuration ran: the fully connected layers in TF32, and the conv layers' reduced precisions among its
-  variants (TF32 for a file that does not record them: it predates FP16 variants). FP16's range ends at 65504:
-  whether a model's values stay inside it is for the bench on its weights to show.
+  Precision: reduced precision (conv variants that round to TF32 or to FP16, and the fully connected layers on
+  cuBLAS's tensor cores in TF32 or FP16) only for weights whose end-to-end bench on this GPU changed no label
+  against PyTorch's float32 network; otherwise float32. That bench runs final's reduced plan (whatever rounds
+  fastest per layer; the fully connected layers in FP16 where the last conv's variant writes its output in half,
+  else TF32); where it moves a label, the same with the fully connected layers in TF32, then TF32 alone, then
+  float32 conv layers with the fully connected layers in TF32. It records the variants and FC math of the
+  configuration that kept every label, and its verdict allows exactly what that configuration ran: its FC math
+  (TF32 for a file that does not record it), and the conv layers' reduced precisions among its variants (TF32 for
+  a file that does not record them: it predates FP16 variants). FP16's range ends at 65504: whether a model's
+  values stay inside it is for the bench on its weights to show.
   In a build with nothing for final to choose (a student handout) that verdict counts only when the bench ran this
   build's own variant on every conv layer (the student's `invoke bench --end-to-end`): the evidence shipped with
   the project was earned with the project's convolutions, so it leaves the student's network in float32.
@@ -40,10 +42,11 @@ from .core.model import Model, shape_trace
 from .evidence import Evidence
 from .variants import PRECISION_NAMES, REDUCED_PRECISIONS, Variant, milestone_key
 
-FC_MATHS = ("fp32", "tf32")  # the fully connected layers' reduced precision is cuBLAS TF32, whatever the convs round to
-# forced: "reduced" allows every reduced precision, "tf32" TF32 only, "fc-tf32" float32 conv layers and TF32 fully
-# connected layers
-PRECISIONS = ("auto", "fp32", "reduced", "tf32", "fc-tf32")
+FC_MATHS = ("fp32", "tf32", "fp16")  # how cuBLAS multiplies the fully connected layers (layers.cuh: FcMath)
+# forced: "reduced" allows every reduced precision (FC layers in FP16 where the last conv writes half, else TF32),
+# "reduced-fc-tf32" the same with TF32 fully connected layers, "tf32" TF32 only, "fc-tf32" float32 conv layers and
+# TF32 fully connected layers
+PRECISIONS = ("auto", "fp32", "reduced", "reduced-fc-tf32", "tf32", "fc-tf32")
 
 # `final` streams the batch through the network in chunks on several CUDA streams (the copy of chunk i+1 overlaps
 # the compute of chunk i). Chosen from the pipeline sweep of `invoke bench --end-to-end` on an H200 (sp19, batch
@@ -348,12 +351,27 @@ def _names(precisions, joiner: str = " and ") -> str:
 @dataclass(frozen=True)
 class PrecisionDecision:
     convs: frozenset[str]  # the reduced precisions final's conv layers may run (empty: float32 only)
-    fc_tf32: bool  # the fully connected layers in cuBLAS TF32
+    # the fully connected layers: one of FC_MATHS, or FC_WHERE_WRITTEN (FP16 where the last conv writes half)
+    fc_math: str
     why: str  # one line on what decided it
 
 
-_FORCED = {"reduced": (REDUCED_PRECISIONS, True), "tf32": (("tf32",), True), "fc-tf32": ((), True),
-           "fp32": ((), False)}
+FC_WHERE_WRITTEN = "fp16-where-written"
+_FORCED = {"reduced": (REDUCED_PRECISIONS, FC_WHERE_WRITTEN), "reduced-fc-tf32": (REDUCED_PRECISIONS, "tf32"),
+           "tf32": (("tf32",), "tf32"), "fc-tf32": ((), "tf32"), "fp32": ((), "fp32")}
+_FC_NAMES = {"tf32": "TF32", "fp16": "FP16"}
+
+
+def fc_math_for(fc: str, choices: Sequence[Choice], variants: Sequence[Variant]) -> str:
+    """The FC math a decision's `fc` means for these conv choices: FC_WHERE_WRITTEN is FP16 where the last conv
+    layer's variant writes its output in half (a conv before a fully connected layer in the course's networks:
+    the GEMM then reads half the bytes, and cuBLAS's FP16 GEMM is the faster at these widths, layers.cuh), else
+    TF32, whose cuBLAS kernel is as fast as FP16's on a float32 input and needs no rounding pass first."""
+    if fc != FC_WHERE_WRITTEN:
+        return fc
+    by = {v.name: v for v in variants}
+    last = by.get(choices[-1].variant) if choices else None
+    return "fp16" if last is not None and last.writes_f16 else "tf32"
 
 
 def precision_decision(ev: Evidence | None, model_digest: str | None, precision: str = "auto",
@@ -371,33 +389,34 @@ def precision_decision(ev: Evidence | None, model_digest: str | None, precision:
         return PrecisionDecision(frozenset(convs), fc, "forced")
     verdict = ev.verdict(model_digest) if ev is not None else None
     if verdict is None:
-        return PrecisionDecision(frozenset(), False, "float32: no end-to-end bench of these weights on this GPU has "
-                                                     "checked reduced precision")
+        return PrecisionDecision(frozenset(), "fp32", "float32: no end-to-end bench of these weights on this GPU has "
+                                                      "checked reduced precision")
     if runs is not None:
         mine = ", ".join(dict.fromkeys(runs))
         if verdict.impls is None or tuple(verdict.impls) != tuple(runs):
             ran = (f"ran {', '.join(dict.fromkeys(verdict.impls))}" if verdict.impls is not None
                    else "does not record which variants it ran")
-            return PrecisionDecision(frozenset(), False, (
+            return PrecisionDecision(frozenset(), "fp32", (
                 f"float32, fully connected layers included: the end-to-end bench behind the reduced-precision verdict "
                 f"for these weights ({verdict.source}, {verdict.date}) {ran}, not this build's {mine}; `invoke bench "
                 "--end-to-end` checks reduced precision with it"))
     if not verdict.reduced_precision_ok:
-        return PrecisionDecision(frozenset(), False,
+        return PrecisionDecision(frozenset(), "fp32",
                                  "float32: reduced precision changed labels in the end-to-end bench")
     convs = verdict_precisions(verdict.impls, variants)
+    fc = verdict.fc_math if verdict.fc_math in _FC_NAMES else "tf32"  # a file before FC math was recorded: TF32
     with_what = f" with this build's {', '.join(dict.fromkeys(runs))}" if runs is not None else ""
-    what = (f"{_names(convs)} conv layers, TF32 fully connected layers" if convs else
-            "TF32 fully connected layers, float32 conv layers")
+    what = (f"{_names(convs)} conv layers, {_FC_NAMES[fc]} fully connected layers" if convs else
+            f"{_FC_NAMES[fc]} fully connected layers, float32 conv layers")
     why = f"reduced precision ({what}) allowed: no label differs from PyTorch's{with_what} (bench of {verdict.date})"
     # a reduced precision this build could pick that the bench never ran: say why final leaves it out
     could = {v.precision for v in variants if v.reduced_precision and v.role("final").choosable}
     if missing := [p for p in REDUCED_PRECISIONS if p in could and p not in convs]:
         names = _names(missing, " or ")
         why += (f"; not {names} conv layers: that bench ran no {names} variant in a configuration that kept every "
-                "label (`invoke bench --end-to-end` checks final's fastest reduced plan, then TF32 alone, then float32 "
-                "conv layers)")
-    return PrecisionDecision(convs, True, why)
+                "label (`invoke bench --end-to-end` checks final's fastest reduced plan, then its fully connected "
+                "layers in TF32, then TF32 alone, then float32 conv layers)")
+    return PrecisionDecision(convs, fc, why)
 
 
 def plan(milestone: str, sites: Sequence[ConvSite], variants: Sequence[Variant], evidence: Evidence | None = None,
@@ -428,4 +447,4 @@ def plan(milestone: str, sites: Sequence[ConvSite], variants: Sequence[Variant],
     else:  # nothing to choose between (a student handout): the student's variant, as milestones 2 to 4 run it
         choices = [_default_choice(mine, "final", s, "final") for s in sites]
         d = precision_decision(evidence, model_digest, precision, runs=[c.variant for c in choices], variants=mine)
-    return Plan(m, device, tuple(choices), "tf32" if d.fc_tf32 else "fp32", d.why, chunks, streams, tuned=True)
+    return Plan(m, device, tuple(choices), fc_math_for(d.fc_math, choices, mine), d.why, chunks, streams, tuned=True)

@@ -62,6 +62,7 @@ class Variant:
     reads_u8: bool = False
     single_thread: bool = False  # a CPU variant that runs on one thread whatever OpenMP offers
     tunable: bool = False  # has several tile configurations, each a kernel of its own (sanitize runs each)
+    writes_f16: bool = False  # can write its output in half, the input of an FP16 fully connected layer
     roles: Mapping[str, Role] = field(default_factory=dict)
     unsupported: Callable[[Shape], str] | None = field(default=None, compare=False, repr=False)
 
@@ -125,7 +126,8 @@ def from_dict(d: Mapping, unsupported: Callable[[Shape], str] | None = None) -> 
                    device=device, epilogue=epilogue, precision=precision, rtol=rtol,
                    x_on_host=bool(d.get("x_on_host", False)), reads_u8=bool(d.get("reads_u8", False)),
                    single_thread=bool(d.get("single_thread", False)),
-                   tunable=bool(d.get("tunable", False)), roles=roles, unsupported=unsupported)
+                   tunable=bool(d.get("tunable", False)), writes_f16=bool(d.get("writes_f16", False)),
+                   roles=roles, unsupported=unsupported)
 
 
 def _registry(mod) -> list[Variant]:

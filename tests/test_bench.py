@@ -613,21 +613,32 @@ def test_trace_pass_says_where_a_calls_time_goes(monkeypatch):
     assert calls == [1, 1]  # nothing is run untraced
 
 
-@pytest.mark.parametrize("tf32_moves, fc_moves, fp16_in_candidate",
-                         [(0, 0, True), (2, 0, True), (2, 1, True), (0, 0, False), (0, 3, False)])
-def test_end_to_end_tries_less_rounding_after_a_candidate_moved_a_label(monkeypatch, tf32_moves, fc_moves,
-                                                                        fp16_in_candidate):
-    """The reduced candidate moved a label: final's plan with TF32 alone (where it differs), then with float32 conv
-    layers and TF32 fully connected layers, each kept when it moves no label; failing all, final runs float32."""
+@pytest.mark.parametrize("fc16, fp16, moves, tries", [
+    (True, True, {"reduced-fc-tf32": 0}, ["reduced", "reduced-fc-tf32"]),
+    (True, True, {"reduced-fc-tf32": 1, "tf32": 0}, ["reduced", "reduced-fc-tf32", "tf32"]),
+    (True, False, {"reduced-fc-tf32": 1, "fc-tf32": 0}, ["reduced", "reduced-fc-tf32", "fc-tf32"]),
+    (False, True, {"tf32": 0}, ["reduced", "tf32"]),
+    (False, True, {"tf32": 2, "fc-tf32": 0}, ["reduced", "tf32", "fc-tf32"]),
+    (False, True, {"tf32": 2, "fc-tf32": 1}, ["reduced", "tf32", "fc-tf32", "fp32"]),
+    (False, False, {"fc-tf32": 0}, ["reduced", "fc-tf32"]),
+    (False, False, {"fc-tf32": 3}, ["reduced", "fc-tf32", "fp32"]),
+])
+def test_end_to_end_tries_less_rounding_after_a_candidate_moved_a_label(monkeypatch, fc16, fp16, moves, tries):
+    """The reduced candidate moved a label: the same with TF32 fully connected layers, final's plan with TF32 alone,
+    then with float32 conv layers and TF32 fully connected layers, each where it differs from one measured already
+    and kept when it moves no label; failing all, final runs float32.
+    fc16: the reduced candidate's FC layers ran in FP16; fp16: it had an FP16 conv variant."""
     from types import SimpleNamespace
 
     from pyconv.bench import end_to_end as e2e
 
     labels = np.arange(6) % 3
     torch_labels = labels.copy()
-    plans = {"reduced": (["fused", "half" if fp16_in_candidate else "tf"], "tf32"), "tf32": (["fused", "tf"], "tf32"),
-             "fc-tf32": (["fused", "exact"], "tf32"), "fp32": (["fused", "exact"], "fp32")}
-    moved = {"reduced": 1, "tf32": tf32_moves, "fc-tf32": fc_moves, "fp32": 0}
+    conv2 = "half" if fp16 else "tf"
+    plans = {"reduced": (["fused", conv2], "fp16" if fc16 else "tf32"), "reduced-fc-tf32": (["fused", conv2], "tf32"),
+             "tf32": (["fused", "tf"], "tf32"), "fc-tf32": (["fused", "exact"], "tf32"),
+             "fp32": (["fused", "exact"], "fp32")}
+    moved = {"reduced": 1, "fp32": 0, **moves}
     measured = []
 
     def final_plan(model, batch, precision):
@@ -656,13 +667,12 @@ def test_end_to_end_tries_less_rounding_after_a_candidate_moved_a_label(monkeypa
     monkeypatch.setattr(e2e, "_torch_end_to_end", lambda *a: ({"name": "eager-fp32"}, torch_labels))
     entry = e2e.bench_end_to_end("m", 6, 1, 1, torch=FakeTorch)
     assert entry["pyconv_reduced"]["impls"] == plans["reduced"][0] and entry["pyconv_reduced"]["differ_vs_pytorch"] == 1
-    # TF32 alone is measured only where it differs from the first candidate (which had an FP16 variant)
-    tries = ["reduced", *(["tf32"] if fp16_in_candidate else [])]
-    kept = "tf32" if fp16_in_candidate and tf32_moves == 0 else "fc-tf32" if fc_moves == 0 else "fp32"
-    tries += [] if kept == "tf32" else ["fc-tf32"] + ([] if kept == "fc-tf32" else ["fp32"])
+    assert entry["pyconv_reduced"]["fc_math"] == plans["reduced"][1]
     assert measured == tries
+    kept = tries[-1]
     assert entry["reduced_precision_ok"] is (kept != "fp32")
     assert (entry["impls"], entry["fc_math"]) == plans[kept]
-    assert ("pyconv_tf32" in entry) == ("tf32" in tries and kept != "tf32")
-    assert ("pyconv_fc_tf32" in entry) == (kept == "fp32")
+    for rejected in tries[1:-1]:  # every candidate between the first and the one kept moved a label
+        assert entry["pyconv_" + rejected.replace("-", "_")]["differ_vs_pytorch"] > 0
+    assert not any(("pyconv_" + p.replace("-", "_")) in entry for p in plans if p not in tries[:-1])
     assert entry["pyconv"]["differ_vs_pytorch"] == 0

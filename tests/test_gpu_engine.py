@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from built_variants import CPU, GPU, M3_PICK, needs, needs_m3_pick
+from built_variants import CPU, GPU, GPU_VARIANTS, M3_PICK, needs, needs_m3_pick
 from gpu_helpers import (
     HAVE_GPU,
     clear_margin,
@@ -302,9 +302,54 @@ def test_fc_layers_in_tf32_stay_within_tf32_rounding():
     # TF32 keeps 10 mantissa bits of each operand (relative 2^-11); the products are summed in float32.
     ok, msg = close(got, ref, 4e-3, 4e-3)
     assert ok, f"tf32: {msg}"
-    with pytest.raises(ValueError, match="unknown FC math 'fp16'"):
-        net.fc_math = "fp16"
+    with pytest.raises(ValueError, match="unknown FC math 'int8'"):
+        net.fc_math = "int8"
     assert net.fc_math == "tf32"
+
+
+HALF_OUT = "gpu-tensor-core-f16"  # a conv variant that writes its output in half (launch_f16_out)
+
+
+@requires_gpu
+@pytest.mark.gpu
+@needs(HALF_OUT)
+@needs_m3_pick
+@pytest.mark.parametrize("conv", [HALF_OUT, "m3-pick"])
+def test_fc_layers_in_fp16_stay_within_fp16_rounding(conv):
+    """FcMath FP16: conv -> flatten -> FC -> tanh -> FC -> tanh -> FC. With HALF_OUT the conv writes the first FC's
+    input in half itself; with a float32 conv one kernel rounds it. The first FC is a plain FP16 layer, the second
+    the GEMM before the head (its width 40 padded to 64 in the weights and in the rows the head reads)."""
+    impl = M3_PICK if conv == "m3-pick" else conv
+    assert {v.name: v for v in GPU_VARIANTS}[impl].writes_f16 == (impl == HALF_OUT)
+    rng = np.random.default_rng(SEED + 10)
+    C, H, W, M, K = 4, 16, 16, 8, 5
+    flat = M * (H - K + 1) * (W - K + 1)
+
+    def fc(name, out, inp, act=True):
+        return [Layer("fc", name=name, out_features=out,
+                      weight=(rng.uniform(-1, 1, (out, inp)) / np.sqrt(inp / 3)).astype(np.float32),
+                      bias=rng.uniform(-0.5, 0.5, out).astype(np.float32)), *([Layer("tanh")] if act else [])]
+
+    layers = [Layer("conv", name="c", out_channels=M, kernel=K,
+                    weight=rng.uniform(-0.01, 0.01, (M, C, K, K)).astype(np.float32)), Layer("flatten"),
+              *fc("f1", 140, flat), *fc("f2", 40, 140), *fc("f3", 10, 40, act=False)]
+    model = tiny_net(layers, (C, H, W))
+    x = rng.integers(1, 256, (257, C, H, W)).astype(np.uint8)
+    net = network_of(model)
+    net.fc_math = "fp16"
+    assert net.fc_math == "fp16"
+    got = net.logits(x, [impl])
+    ref = cpu_logits(model, x)
+    assert np.abs(ref).max() > 0.5 and np.isfinite(got).all()
+    # half keeps 10 mantissa bits of each operand (relative 2^-11), as TF32 does; the products are summed in
+    # float32. HALF_OUT's conv rounds its own operands to half too (its rtol, 2e-3).
+    ok, msg = close(got, ref, 1e-2, 1e-2)
+    assert ok, f"fp16 FC after {impl}: {msg}"
+    # whole and in parts on two streams, the labels are what the logits say (cuBLAS may pick another algorithm
+    # for another number of rows)
+    for chunks in (1, 3):
+        labels = net.forward(x, [impl], chunks=chunks, streams=2)["labels"]
+        assert np.mean(labels == got.argmax(axis=1)) > 0.98
 
 
 @requires_gpu

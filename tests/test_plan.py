@@ -229,7 +229,8 @@ def test_an_fp16_variant_is_reduced_precision_allowed_only_by_a_verdict_that_ran
     assert p.precision == ("reduced precision (TF32 conv layers, TF32 fully connected layers) allowed: no label "
                            "differs from PyTorch's (bench of 2000-01-02); not FP16 conv layers: that bench ran no FP16 "
                            "variant in a configuration that kept every label (`invoke bench --end-to-end` checks "
-                           "final's fastest reduced plan, then TF32 alone, then float32 conv layers)")
+                           "final's fastest reduced plan, then its fully connected layers in TF32, then TF32 alone, "
+                           "then float32 conv layers)")
     assert "measured on this shape in float32 or TF32 among" in p.layers[1].why
     assert p.layers[1].why.endswith("faster: half rounds to FP16")
     e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e.json")  # variants not recorded: the same
@@ -266,6 +267,36 @@ def test_an_fp16_variant_is_reduced_precision_allowed_only_by_a_verdict_that_ran
     assert p.precision.startswith("reduced precision (TF32 fully connected layers, float32 conv layers) allowed")
     assert plan.plan("final", SITES, vs, e, model_digest="d", precision="fc-tf32").impls == ["fused", "direct"]
     assert plan.plan("final", SITES, vs, e, model_digest="d", precision="fc-tf32").fc_math == "tf32"
+
+
+def test_fp16_fully_connected_layers_where_the_last_conv_writes_half_and_only_as_a_verdict_ran_them():
+    """The reduced plan runs the FC layers in FP16 where the last conv's variant writes its output in half (the GEMM
+    then reads half the bytes), else TF32; reduced-fc-tf32 keeps TF32; a verdict allows the FC math it ran (TF32
+    where the file does not record it)."""
+    import dataclasses
+
+    half_out = dataclasses.replace(V("half", 7, precision="fp16"), writes_f16=True)
+    vs = [*ladder(), half_out]
+    e = ev(conv2=[("half", 0.05), ("tf32", 0.1), ("direct", 0.6)])
+    p = plan.plan("final", SITES, vs, e, model_digest="d", precision="reduced")
+    assert p.impls == ["fused", "half"] and p.fc_math == "fp16"
+    p = plan.plan("final", SITES, vs, e, model_digest="d", precision="reduced-fc-tf32")
+    assert p.impls == ["fused", "half"] and p.fc_math == "tf32"
+    # the last conv's variant cannot write half: TF32, whose GEMM needs no rounding pass first
+    e2 = ev(conv2=[("tf32", 0.1), ("direct", 0.6)])
+    assert plan.plan("final", SITES, vs, e2, model_digest="d", precision="reduced").fc_math == "tf32"
+    # verdicts: FP16 FC only where the bench ran it
+    e.verdicts["d"] = Verdict("m", "d", True, "2000-01-03", "bench-e2e.json", 0, ("fused", "half"), "fp16")
+    p = plan.plan("final", SITES, vs, e, model_digest="d")
+    assert p.impls == ["fused", "half"] and p.fc_math == "fp16"
+    assert p.precision.startswith("reduced precision (FP16 conv layers, FP16 fully connected layers) allowed")
+    assert "fully connected layers: fp16;" in "\n".join(p.lines())
+    e.verdicts["d"] = Verdict("m", "d", True, "2000-01-03", "bench-e2e.json", 0, ("fused", "half"))
+    assert plan.plan("final", SITES, vs, e, model_digest="d").fc_math == "tf32"  # not recorded: TF32
+    e.verdicts["d"] = Verdict("m", "d", True, "2000-01-03", "bench-e2e.json", 0, ("fused", "half"), "tf32")
+    assert plan.plan("final", SITES, vs, e, model_digest="d").fc_math == "tf32"
+    e.verdicts["d"] = Verdict("m", "d", False, "2000-01-03", "bench-e2e.json", 1, ("fused", "half"), "fp16")
+    assert plan.plan("final", SITES, vs, e, model_digest="d").fc_math == "fp32"
 
 
 def test_final_skips_a_measured_winner_that_cannot_take_the_layer():

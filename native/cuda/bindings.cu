@@ -89,13 +89,14 @@ PYBIND11_MODULE(_gpu, m) {
                                     v.launch_u8 != nullptr, "gpu",
                                     {{"m3", v.roles.m3}, {"m4", v.roles.m4}, {"final", v.roles.final}});
           d["tunable"] = v.tunable != nullptr;  // its configurations are autotune_configs()
+          d["writes_f16"] = v.launch_f16_out != nullptr;  // can write its output in half (FcMath::FP16's input)
           out.append(d);
         }
         return out;
       },
       "The registry in ladder order: one dict per GPU variant with name, step, summary, epilogue, precision,\n"
-      "rtol (the relative error its tests allow), x_on_host, reads_u8, tunable, device ('gpu') and roles\n"
-      "{m2, m3, m4, final: {role, reason}}. Needs no GPU.");
+      "rtol (the relative error its tests allow), x_on_host, reads_u8, tunable, writes_f16, device ('gpu') and\n"
+      "roles {m2, m3, m4, final: {role, reason}}. Needs no GPU.");
 
   m.def(
       "why_unsupported",
@@ -369,10 +370,11 @@ PYBIND11_MODULE(_gpu, m) {
       .def_property_readonly("peak_bytes", [](const PyNetwork& self) { return self.net->peak_bytes(); },
                              "Most device bytes this network's buffers (weights included) have held.")
       .def_property(
-          "fc_math", [](const PyNetwork& self) { return self.net->fc_math() == FcMath::TF32 ? "tf32" : "fp32"; },
+          "fc_math", [](const PyNetwork& self) { return fc_math_name(self.net->fc_math()); },
           [](PyNetwork& self, const std::string& name) { self.net->set_fc_math(fc_math_from_name(name)); },
-          "How the fully connected layers multiply: 'fp32' (cublasSgemm, the default) or 'tf32' (tensor cores,\n"
-          "operands rounded to 10 mantissa bits, float32 sums).")
+          "How the fully connected layers multiply: 'fp32' (cublasSgemm, the default), 'tf32' (tensor cores,\n"
+          "operands rounded to 10 mantissa bits, float32 sums) or 'fp16' (tensor cores, operands in half, float32\n"
+          "sums; a conv variant with an FP16 output path writes the FC layer's input in half itself).")
       .def_property_readonly("conv_layers", [](const PyNetwork& self) { return self.net->conv_count(); })
       .def_property_readonly("device", [](const PyNetwork& self) { return self.net->device(); });
 }

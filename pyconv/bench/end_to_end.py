@@ -16,7 +16,7 @@ from ..plan import Plan, conv_sites, plan
 from .timing import batch_stats, host_timed, time_cuda_events
 
 # The reduced candidates measured, in this order, after final's fastest reduced plan moved a label (plan precisions).
-FALLBACK_PRECISIONS = ("tf32", "fc-tf32")
+FALLBACK_PRECISIONS = ("reduced-fc-tf32", "tf32", "fc-tf32")
 
 # The pipeline shapes the end-to-end bench sweeps (the final plan's chunks and streams were chosen from it).
 PIPELINE_CHUNKS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32)
@@ -85,13 +85,15 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
     pageable; Correctness; peak device memory; the labels that differ from PyTorch's float32 network.
 
     The reduced-precision candidate (final's plan with every variant allowed: a TF32 or FP16 variant where one is
-    fastest, and the fully connected layers in cuBLAS TF32) is measured first; when a label differs from
-    PyTorch's, final's plan with TF32 alone, then with float32 conv layers and TF32 fully connected layers
-    (FALLBACK_PRECISIONS), each where it differs from what was measured, and the first that moves no label is kept;
-    failing all, the float32 configuration is measured too and is what final runs ("pyconv"; the rejected
-    candidates stay in "pyconv_reduced", "pyconv_tf32" and "pyconv_fc_tf32"). The entry records the verdict for these
-    weights (model_digest, reduced_precision_ok) and the variants that earned it (impls: which reduced precisions it
-    checked), which final reads through the evidence file (pyconv.evidence, pyconv.plan.verdict_precisions).
+    fastest, and the fully connected layers in cuBLAS FP16 where the last conv writes half, else TF32) is measured
+    first; when a label differs from PyTorch's, the same with TF32 fully connected layers, then final's plan with
+    TF32 alone, then with float32 conv layers and TF32 fully connected layers (FALLBACK_PRECISIONS), each where it
+    differs from what was measured, and the first that moves no label is kept; failing all, the float32
+    configuration is measured too and is what final runs ("pyconv"; the rejected candidates stay in
+    "pyconv_reduced", "pyconv_reduced_fc_tf32", "pyconv_tf32" and "pyconv_fc_tf32"). The entry records the verdict
+    for these weights (model_digest, reduced_precision_ok) and the variants and FC math that earned it (impls, which
+    reduced precisions it checked; fc_math), which final reads through the evidence file (pyconv.evidence,
+    pyconv.plan.precision_decision).
     Without PyTorch nothing can be verified: the float32 configuration is measured and no verdict is recorded."""
     model = load_model(model_name)
     x, labels = data.load_test(model.input_size, batch)
@@ -114,9 +116,10 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
         entry["reduced_precision_ok"] = ours["differ_vs_pytorch"] == 0
         if not entry["reduced_precision_ok"]:
             entry["pyconv_reduced"] = dict(ours, impls=cfg.impls, fc_math=cfg.fc_math)
-            # Less rounding, step by step: TF32 alone (FP16's narrower range may be what moved a label), then
-            # float32 conv layers with the fully connected layers in TF32. A candidate the same as one measured
-            # already is skipped; the first that moves no label is what final runs.
+            # Less rounding, step by step: the fully connected layers in TF32, TF32 alone (FP16's narrower
+            # range may be what moved a label), then float32 conv layers with the fully connected layers in TF32. A
+            # candidate the same as one measured already is skipped; the first that moves no label is what final
+            # runs.
             tried = [cfg]
             for precision in FALLBACK_PRECISIONS:
                 cand = final_plan(model, batch, precision)

@@ -314,7 +314,9 @@ class EndToEnd(Record):
     reduced_precision_ok: bool | None = None  # None: no verdict (no PyTorch to compare with)
     pyconv_reduced: Measured | None = field(default=None, metadata=_conv(Measured.from_dict))
     # the later candidates (pyconv.bench.end_to_end.FALLBACK_PRECISIONS), where they too moved a label (the one
-    # that kept them all is "pyconv"): TF32 alone; float32 conv layers with TF32 fully connected layers
+    # that kept them all is "pyconv"): the reduced plan with TF32 fully connected layers; TF32 alone; float32 conv
+    # layers with TF32 fully connected layers
+    pyconv_reduced_fc_tf32: Measured | None = field(default=None, metadata=_conv(Measured.from_dict))
     pyconv_tf32: Measured | None = field(default=None, metadata=_conv(Measured.from_dict))
     pyconv_fc_tf32: Measured | None = field(default=None, metadata=_conv(Measured.from_dict))
     x_pytorch: dict[str, float] = field(default_factory=dict)

@@ -27,7 +27,7 @@ class GpuResult:
 
 class GpuEngine:
     """`model` on GPU `device`, weights uploaded once; `forward` may be called many times. fc_math: how the fully
-    connected layers multiply ('fp32' or 'tf32': the plan's fc_math)."""
+    connected layers multiply ('fp32', 'tf32' or 'fp16': the plan's fc_math)."""
 
     def __init__(self, model: Model, device: int = 0, fc_math: str = "fp32"):
         g = native.gpu()

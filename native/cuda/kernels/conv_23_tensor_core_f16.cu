@@ -138,9 +138,10 @@ __device__ __forceinline__ void k_loop(float (&acc)[MT][NT][4], const uint32_t (
   }
 }
 
-template <int MT, int NT>
+// TOut: float, or __half for launch_f16_out (the output rounded to nearest as it leaves: staged in float32).
+template <int MT, int NT, typename TOut>
 __global__ void __launch_bounds__(lean_max_warps(MT * NT) * 32, min_blocks(MT * NT))
-    conv_fwd_gpu_f16_kernel(const float* __restrict__ x, const float* __restrict__ k, float* __restrict__ y,
+    conv_fwd_gpu_f16_kernel(const float* __restrict__ x, const float* __restrict__ k, TOut* __restrict__ y,
                             const F16Params p) {
   extern __shared__ uint4 smem[];
   unsigned char* base = reinterpret_cast<unsigned char*>(smem);
@@ -229,7 +230,7 @@ __global__ void __launch_bounds__(lean_max_warps(MT * NT) * 32, min_blocks(MT * 
     // One loop body per destination, the choice made once per group: with the choice per store, sp19 conv2 took
     // 0.150 ms (H200, NVBench, measured while developing); as here, 0.140
     // (results/bench-nvidia-h200-2026-11-24-step23-stores.json), 80 registers and no spill.
-    auto store_all = [&](auto to_global, float* out) {
+    auto store_all = [&](auto to_global, auto* out) {
 #pragma unroll
       for (int i = 0; i < NT; ++i) {
         if (i >= nv) continue;
@@ -249,10 +250,22 @@ __global__ void __launch_bounds__(lean_max_warps(MT * NT) * 32, min_blocks(MT * 
       store_all(std::true_type{}, y + (size_t(b) * p.M + m_lane) * size_t(p.P));
   };
 
-  // The staged output of image `ob` leaves as one contiguous block: y[ob] is M * P consecutive floats.
+  // The staged output of image `ob` leaves as one contiguous block: y[ob] is M * P consecutive values.
   auto copy_out = [&](long long ob) {
-    float* yo = y + size_t(ob) * p.M * p.P;
-    if (p.out_vec4) {
+    TOut* yo = y + size_t(ob) * p.M * p.P;
+    if constexpr (std::is_same_v<TOut, __half>) {
+      if (p.out_vec4) {  // 4 floats -> 4 halves, one 8-byte store
+        const float4* src = reinterpret_cast<const float4*>(s_out);
+        for (int i = threadIdx.x; i < p.M * p.P / 4; i += blockDim.x) {
+          const float4 v = src[i];
+          const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+          __stcs(reinterpret_cast<uint2*>(yo) + i, make_uint2(*reinterpret_cast<const unsigned*>(&lo),
+                                                              *reinterpret_cast<const unsigned*>(&hi)));
+        }
+      } else {
+        for (int i = threadIdx.x; i < p.M * p.P; i += blockDim.x) yo[i] = __float2half_rn(s_out[i]);
+      }
+    } else if (p.out_vec4) {
       const float4* src = reinterpret_cast<const float4*>(s_out);
       for (int i = threadIdx.x; i < p.M * p.P / 4; i += blockDim.x) __stcs(reinterpret_cast<float4*>(yo) + i, src[i]);
     } else {
@@ -294,19 +307,19 @@ __global__ void __launch_bounds__(lean_max_warps(MT * NT) * 32, min_blocks(MT * 
   }
 }
 
-using F16Kernel = void (*)(const float*, const float*, float*, const F16Params);
-
+template <typename TOut>
 struct Config {
   int mt, nt;
-  F16Kernel kernel;
+  void (*kernel)(const float*, const float*, TOut*, const F16Params);
 };
 
 // The tiling rule of lean_tiles.cuh over this step's kernels.
-const Config& pick(int M, int tiles, int& warps) {
-  static const Config configs[] = {
-      {1, 1, conv_fwd_gpu_f16_kernel<1, 1>}, {1, 2, conv_fwd_gpu_f16_kernel<1, 2>},
-      {1, 3, conv_fwd_gpu_f16_kernel<1, 3>}, {1, 6, conv_fwd_gpu_f16_kernel<1, 6>},
-      {2, 1, conv_fwd_gpu_f16_kernel<2, 1>}, {2, 3, conv_fwd_gpu_f16_kernel<2, 3>},
+template <typename TOut>
+const Config<TOut>& pick(int M, int tiles, int& warps) {
+  static const Config<TOut> configs[] = {
+      {1, 1, conv_fwd_gpu_f16_kernel<1, 1, TOut>}, {1, 2, conv_fwd_gpu_f16_kernel<1, 2, TOut>},
+      {1, 3, conv_fwd_gpu_f16_kernel<1, 3, TOut>}, {1, 6, conv_fwd_gpu_f16_kernel<1, 6, TOut>},
+      {2, 1, conv_fwd_gpu_f16_kernel<2, 1, TOut>}, {2, 3, conv_fwd_gpu_f16_kernel<2, 3, TOut>},
   };
   return pick_lean_tiles(configs, M, tiles, warps);
 }
@@ -362,19 +375,31 @@ std::string conv_supports_gpu_tensor_core_f16(const ConvShape& s) {
   return plan(s, p);
 }
 
-void conv_fwd_gpu_tensor_core_f16(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st) {
+namespace {
+template <typename TOut>
+void launch(const float* x, const float* k, TOut* y, const ConvShape& s, cudaStream_t st) {
   F16Params p{};
   const std::string why = plan(s, p);
   if (!why.empty()) throw std::invalid_argument(why);
   if (s.B == 0) return;
   int warps = 0;
-  const Config& c = pick(p.M, p.tiles, warps);
+  const Config<TOut>& c = pick<TOut>(p.M, p.tiles, warps);
   const size_t smem = size_t(p.total);
   const int threads = warps * 32;
   // Persistent blocks: each walks images blockIdx.x, +gridDim.x, ...
   const dim3 grid = persistent_grid("gpu-tensor-core-f16", c.kernel, threads, smem, s.B);
   c.kernel<<<grid, threads, smem, st>>>(x, k, y, p);
   CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+void conv_fwd_gpu_tensor_core_f16(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st) {
+  launch(x, k, y, s, st);
+}
+
+void conv_fwd_gpu_tensor_core_f16_half_out(const float* x, const float* k, __half* y, const ConvShape& s,
+                                           cudaStream_t st) {
+  launch(x, k, y, s, st);
 }
 
 // One FP16 rounding per operand (relative 2^-11, TF32's), held to step 22's 2e-3. Reduced precision: final uses it
@@ -387,6 +412,7 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .precision = Precision::F16,
     .rtol = 2e-3,
     .launch = conv_fwd_gpu_tensor_core_f16,
+    .launch_f16_out = conv_fwd_gpu_tensor_core_f16_half_out,
     .supports = conv_supports_gpu_tensor_core_f16,
     .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
 });

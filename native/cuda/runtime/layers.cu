@@ -20,6 +20,11 @@ __global__ void u8_to_f32_kernel(const uint8_t* __restrict__ in, float* __restri
     out[i] = float(in[i]);
 }
 
+__global__ void f32_to_f16_kernel(const float* __restrict__ in, __half* __restrict__ out, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    out[i] = __float2half_rn(in[i]);
+}
+
 __device__ __forceinline__ float activate(float v, Activation a) {
   switch (a) {
     case Activation::Tanh: return tanhf(v);
@@ -86,7 +91,7 @@ __global__ void argmax_rows_kernel(const float* __restrict__ x, int32_t* __restr
 // Q: registers of a per lane (ceil(hidden / 32) rounded up to a power of two).
 constexpr int kHeadWarps = 8;
 template <int Q>
-__global__ void __launch_bounds__(kHeadWarps * 32) fc_head_kernel(const float* __restrict__ h,
+__global__ void __launch_bounds__(kHeadWarps * 32) fc_head_kernel(const float* __restrict__ h, int64_t ldh,
                                                                    const float* __restrict__ b1, Activation act,
                                                                    const float* __restrict__ w2,
                                                                    const float* __restrict__ b2, float* logits,
@@ -103,7 +108,7 @@ __global__ void __launch_bounds__(kHeadWarps * 32) fc_head_kernel(const float* _
   const int lane = threadIdx.x % 32;
   for (int64_t r = blockIdx.x * int64_t(kHeadWarps) + threadIdx.x / 32; r < rows;
        r += int64_t(gridDim.x) * kHeadWarps) {
-    const float* hr = h + r * hidden;
+    const float* hr = h + r * ldh;
     float a[Q];
 #pragma unroll
     for (int q = 0; q < Q; ++q) {
@@ -150,7 +155,22 @@ Activation activation_from_name(const std::string& name) {
 FcMath fc_math_from_name(const std::string& name) {
   if (name == "fp32") return FcMath::FP32;
   if (name == "tf32") return FcMath::TF32;
-  throw std::invalid_argument("unknown FC math '" + name + "' (known: fp32, tf32)");
+  if (name == "fp16") return FcMath::FP16;
+  throw std::invalid_argument("unknown FC math '" + name + "' (known: fp32, tf32, fp16)");
+}
+
+const char* fc_math_name(FcMath m) {
+  switch (m) {
+    case FcMath::TF32: return "tf32";
+    case FcMath::FP16: return "fp16";
+    default: return "fp32";
+  }
+}
+
+void f32_to_f16(const float* in, __half* out, size_t n, cudaStream_t st) {
+  if (!n) return;
+  f32_to_f16_kernel<<<blocks_for(n), THREADS, 0, st>>>(in, out, n);
+  CUDA_CHECK_LAUNCH();
 }
 
 void u8_to_f32(const uint8_t* in, float* out, size_t n, cudaStream_t st) {
@@ -188,6 +208,7 @@ void fc_gemm(cublasHandle_t h, const float* x, const float* w, float* y, int64_t
   // (lda = in, transposed), B = x stored column-major as [in][rows] (ldb = in), C = y as [out][rows] (ldc = out).
   const float one = 1.0f, zero = 0.0f;
   CUBLAS_CHECK(cublasSetStream(h, st));
+  if (math == FcMath::FP16) throw std::logic_error("fc_gemm: FP16 operands go through fc_gemm_f16");
   if (math == FcMath::TF32)
     CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in), &one, w, CUDA_R_32F, int(in),
                               x, CUDA_R_32F, int(in), &zero, y, CUDA_R_32F, int(out), CUBLAS_COMPUTE_32F_FAST_TF32,
@@ -195,6 +216,28 @@ void fc_gemm(cublasHandle_t h, const float* x, const float* w, float* y, int64_t
   else
     CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in), &one, w, int(in), x,
                              int(in), &zero, y, int(out)));
+}
+
+void fc_gemm_f16(cublasHandle_t h, const __half* x, const __half* w, float* y, int64_t rows, int64_t in,
+                 int64_t out, int64_t ldy, cudaStream_t st) {
+  if (rows <= 0) return;
+  if (rows > INT32_MAX || in > INT32_MAX || ldy > INT32_MAX || out > ldy)
+    throw std::invalid_argument("fully_connected: dimensions beyond 2^31 are not supported by cuBLAS");
+  // As fc_gemm: y^T[out][rows] (ldc = ldy) = W[out][in] . x^T[in][rows], both operands half, sums in float32.
+  const float one = 1.0f, zero = 0.0f;
+  CUBLAS_CHECK(cublasSetStream(h, st));
+  CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in), &one, w, CUDA_R_16F, int(in), x,
+                            CUDA_R_16F, int(in), &zero, y, CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+}
+
+void fully_connected_f16(cublasHandle_t h, const __half* x, const __half* w, const float* b, float* y, int64_t rows,
+                         int64_t in, int64_t out, Activation act, cudaStream_t st) {
+  if (rows <= 0) return;
+  fc_gemm_f16(h, x, w, y, rows, in, out, out, st);
+  const size_t total = size_t(rows) * size_t(out);
+  bias_activation_kernel<<<blocks_for(total), THREADS, 0, st>>>(y, b, total, out, act);
+  CUDA_CHECK_LAUNCH();
 }
 
 void fully_connected(cublasHandle_t h, const float* x, const float* w, const float* b, float* y, int64_t rows,
@@ -213,9 +256,10 @@ void argmax_rows(const float* x, int32_t* labels, int64_t rows, int64_t cols, cu
   CUDA_CHECK_LAUNCH();
 }
 
-void fc_head(const float* h, const float* b1, Activation act, const float* w2, const float* b2, float* logits,
-             int32_t* labels, int64_t rows, int64_t hidden, int64_t classes, cudaStream_t st) {
+void fc_head(const float* h, int64_t ldh, const float* b1, Activation act, const float* w2, const float* b2,
+             float* logits, int32_t* labels, int64_t rows, int64_t hidden, int64_t classes, cudaStream_t st) {
   if (rows <= 0) return;
+  if (ldh < hidden) throw std::invalid_argument("fc_head: row stride below the hidden width");
   if (!fits_head(hidden, classes))
     throw std::invalid_argument("fc_head: takes 1.." + std::to_string(kHeadMaxHidden) + " hidden features, 1.." +
                                 std::to_string(kHeadMaxClasses) + " classes and at most " +
@@ -224,7 +268,7 @@ void fc_head(const float* h, const float* b1, Activation act, const float* w2, c
   const size_t smem = size_t(classes * hidden + hidden + classes) * sizeof(float);
   const int64_t blocks = std::min<int64_t>((rows + kHeadWarps - 1) / kHeadWarps, 4096);
   auto launch = [&](auto kernel) {
-    kernel<<<unsigned(blocks), kHeadWarps * 32, smem, st>>>(h, b1, act, w2, b2, logits, labels, rows, int(hidden),
+    kernel<<<unsigned(blocks), kHeadWarps * 32, smem, st>>>(h, ldh, b1, act, w2, b2, logits, labels, rows, int(hidden),
                                                            int(classes));
   };
   const int64_t q = (hidden + 31) / 32;

@@ -3,6 +3,7 @@
 // stream and every launch is checked; nothing synchronises.
 #pragma once
 #include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -51,8 +52,22 @@ void pool2d(const float* x, float* y, int64_t planes, int H, int W, int kernel, 
 // (CUBLAS_COMPUTE_32F_FAST_TF32): operands rounded to 10 mantissa bits, products summed in float32. Measured on
 // an H200 for the sp19 FC1 (10000 x 5184 -> 140): 0.53 ms FP32, 0.13 ms TF32; the labels of every shipped model
 // and of the course checkpoint did not change (`invoke bench --end-to-end` counts the images that differ).
-enum class FcMath { FP32, TF32 };
-FcMath fc_math_from_name(const std::string& name);  // "fp32" | "tf32"; else invalid_argument
+// FP16: operands in half (round to nearest: TF32's 10 mantissa bits, FP16's narrower range), products summed in
+// float32 (cublasGemmEx, CUBLAS_COMPUTE_32F). The input arrives in half from a conv variant that writes it
+// (launch_f16_out, registry.cuh), else one kernel rounds it (f32_to_f16). Half the bytes of TF32's input, and
+// cuBLAS's FP16 kernels are the faster ones at these shapes once the output width is padded (fc16_rows).
+enum class FcMath { FP32, TF32, FP16 };
+FcMath fc_math_from_name(const std::string& name);  // "fp32" | "tf32" | "fp16"; else invalid_argument
+const char* fc_math_name(FcMath m);
+
+// The rows of an FP16 weight matrix [out][in] as the network stores it: out rounded up to a multiple of 64, the
+// extra rows zero. cuBLAS's FP16 GEMM for sp19's FC1 (10000 x 5184 -> out) through torch.matmul on an H200:
+// 0.108 ms at out = 140, 0.048 at 144, 0.036 at 192 (TF32: 0.10 at all three); the GEMM feeding the head computes
+// all the padded columns and the head reads the first `out` of each row.
+inline int64_t fc16_rows(int64_t out) { return (out + 63) / 64 * 64; }
+
+// out[i] = half(in[i]), round to nearest.
+void f32_to_f16(const float* in, __half* out, size_t n, cudaStream_t st);
 
 // y[rows][out] = act(x[rows][in] W^T + b), W[out][in] row-major, through cuBLAS (the handle is bound to `st`
 // here) followed by one bias + activation kernel.
@@ -63,6 +78,14 @@ void fully_connected(cublasHandle_t h, const float* x, const float* w, const flo
 // adds both).
 void fc_gemm(cublasHandle_t h, const float* x, const float* w, float* y, int64_t rows, int64_t in, int64_t out,
              FcMath math, cudaStream_t st);
+
+// FcMath::FP16: y[rows][ldy] (the first `out` columns written) = x[rows][in] W^T in float32, x and W[out][in] in
+// half.
+void fc_gemm_f16(cublasHandle_t h, const __half* x, const __half* w, float* y, int64_t rows, int64_t in,
+                 int64_t out, int64_t ldy, cudaStream_t st);
+// fully_connected with fc_gemm_f16 (y dense, [rows][out]).
+void fully_connected_f16(cublasHandle_t h, const __half* x, const __half* w, const float* b, float* y, int64_t rows,
+                         int64_t in, int64_t out, Activation act, cudaStream_t st);
 
 // labels[r] = the first index of the largest value of x[r][0..cols) (numpy's argmax: a NaN counts as largest).
 void argmax_rows(const float* x, int32_t* labels, int64_t rows, int64_t cols, cudaStream_t st);
@@ -77,7 +100,8 @@ inline bool fits_head(int64_t hidden, int64_t classes) {
   return hidden >= 1 && hidden <= kHeadMaxHidden && classes >= 1 && classes <= kHeadMaxClasses &&
          hidden * classes <= kHeadMaxWeights;
 }
-void fc_head(const float* h, const float* b1, Activation act, const float* w2, const float* b2, float* logits,
-             int32_t* labels, int64_t rows, int64_t hidden, int64_t classes, cudaStream_t st);
+// ldh: the stride of h's rows (>= hidden: the padded width of an FP16 GEMM's output, fc16_rows).
+void fc_head(const float* h, int64_t ldh, const float* b1, Activation act, const float* w2, const float* b2,
+             float* logits, int32_t* labels, int64_t rows, int64_t hidden, int64_t classes, cudaStream_t st);
 
 }  // namespace pyconv

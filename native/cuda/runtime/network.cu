@@ -100,9 +100,28 @@ GpuNetwork::~GpuNetwork() {
   cudaSetDevice(device_);
 }
 
+void GpuNetwork::set_fc_math(FcMath m) {
+  if (m == FcMath::FP16) {
+    CUDA_CHECK(cudaSetDevice(device_));
+    bool converted = false;
+    for (auto& L : layers_) {
+      if (L.kind != Kind::FC || L.w16.size()) continue;
+      const size_t rows = size_t(fc16_rows(L.out_c)), in = size_t(L.in_c);
+      L.w16.resize(rows * in);
+      CUDA_CHECK(cudaMemset(L.w16.get(), 0, rows * in * sizeof(__half)));
+      f32_to_f16(L.w.get(), L.w16.get(), size_t(L.out_c) * in, nullptr);
+      converted = true;
+    }
+    // on the legacy stream: the lanes' non-blocking streams would not wait for it
+    if (converted) CUDA_CHECK(cudaDeviceSynchronize());
+    note_peak();
+  }
+  fc_math_ = m;
+}
+
 size_t GpuNetwork::bytes_held() const {
   size_t n = 0;
-  for (const auto& L : layers_) n += L.w.bytes() + L.b.bytes();
+  for (const auto& L : layers_) n += L.w.bytes() + L.b.bytes() + L.w16.bytes();
   for (const auto& L : lanes_) n += L->bytes();
   return n;
 }
@@ -160,7 +179,16 @@ GpuNetwork::Plan GpuNetwork::make_plan(const std::vector<std::string>& impls) co
     const Layer& b = *plan.steps[n - 1].layer;
     plan.head = a.kind == Kind::FC && b.kind == Kind::FC && plan.steps[n - 1].fc_act == Activation::None &&
                 fits_head(b.in_c, b.out_c);
+    // an FP16 GEMM before the head writes its padded width (fc16_rows)
+    if (plan.head && fc_math_ == FcMath::FP16) plan.max_elems = std::max(plan.max_elems, fc16_rows(a.out_c));
   }
+  if (fc_math_ == FcMath::FP16)
+    for (size_t i = 0; i + 1 < n; ++i) {
+      Step& st = plan.steps[i];
+      // flatten is not a step: the next step reads this conv's output as it lies
+      st.out_f16 = st.layer->kind == Kind::Conv && st.variant->launch_f16_out && !st.variant->x_on_host &&
+                   !(i == 0 && plan.u8_first) && plan.steps[i + 1].layer->kind == Kind::FC;
+    }
   return plan;
 }
 
@@ -193,6 +221,7 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
   const cudaStream_t st = L.stream.get();
   float* cur = L.a.get();
   float* other = L.b.get();
+  bool cur_half = false;  // cur holds half values (a conv's launch_f16_out)
   const size_t nsteps = plan.steps.size();
   for (size_t si = 0; si < nsteps; ++si) {
     const Step& step = plan.steps[si];
@@ -208,6 +237,8 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
         const auto launch = [&] {
           if (u8)
             step.variant->launch_u8(x_u8, ly.w.get(), other, s, st);
+          else if (step.out_f16)
+            step.variant->launch_f16_out(x, ly.w.get(), reinterpret_cast<__half*>(other), s, st);
           else
             step.variant->launch(x, ly.w.get(), other, s, st);
         };
@@ -227,6 +258,7 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
           launch();
         }
         std::swap(cur, other);
+        cur_half = step.out_f16;
         break;
       }
       case Kind::Act:
@@ -238,12 +270,31 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
         std::swap(cur, other);
         break;
       case Kind::FC:
-        if (plan.head && si + 2 == nsteps) {  // bias and activation follow in the head
-          fc_gemm(L.blas.get(), cur, ly.w.get(), other, rows, ly.in_c, ly.out_c, fc_math_, st);
-        } else if (plan.head && si + 1 == nsteps) {
+        if (plan.head && si + 1 == nsteps) {
           const Step& prev = plan.steps[si - 1];
-          fc_head(cur, prev.layer->b.get(), prev.fc_act, ly.w.get(), ly.b.get(), other, L.labels.get(), rows,
+          const int64_t ldh = fc_math_ == FcMath::FP16 ? fc16_rows(ly.in_c) : ly.in_c;
+          fc_head(cur, ldh, prev.layer->b.get(), prev.fc_act, ly.w.get(), ly.b.get(), other, L.labels.get(), rows,
                   ly.in_c, ly.out_c, st);
+        } else if (fc_math_ == FcMath::FP16) {
+          // half input: as the conv before wrote it, or rounded here into `other` (the GEMM then writes into cur,
+          // whose float32 input it no longer needs)
+          const __half* x16 = reinterpret_cast<const __half*>(cur);
+          float* y = other;
+          if (!cur_half) {
+            f32_to_f16(cur, reinterpret_cast<__half*>(other), size_t(rows * ly.in_c), st);
+            x16 = reinterpret_cast<const __half*>(other);
+            y = cur;
+          }
+          if (plan.head && si + 2 == nsteps)  // every padded column: the head reads the first out_c of each row
+            fc_gemm_f16(L.blas.get(), x16, ly.w16.get(), y, rows, ly.in_c, fc16_rows(ly.out_c), fc16_rows(ly.out_c),
+                        st);
+          else
+            fully_connected_f16(L.blas.get(), x16, ly.w16.get(), ly.b.get(), y, rows, ly.in_c, ly.out_c, step.fc_act,
+                                st);
+          cur_half = false;
+          if (y == cur) break;  // the output is in cur already
+        } else if (plan.head && si + 2 == nsteps) {  // bias and activation follow in the head
+          fc_gemm(L.blas.get(), cur, ly.w.get(), other, rows, ly.in_c, ly.out_c, fc_math_, st);
         } else {
           fully_connected(L.blas.get(), cur, ly.w.get(), ly.b.get(), other, rows, ly.in_c, ly.out_c, step.fc_act,
                           fc_math_, st);

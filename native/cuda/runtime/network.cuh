@@ -24,7 +24,9 @@
 //     in a replayed graph those events cost more than the launches did (op_times below).
 //   - uint8 images: when the first layer's variant reads uint8 itself (launch_u8), it gets the raw images;
 //     otherwise one kernel widens them to float32 first.
-//   - The fully connected layers run in FP32 (cublasSgemm) unless set_fc_math(FcMath::TF32) (see layers.cuh). A
+//   - The fully connected layers run in FP32 (cublasSgemm) unless set_fc_math(FcMath::TF32 or FP16) (see
+//     layers.cuh). Under FP16 a conv whose variant has launch_f16_out and whose output goes straight (through a
+//     flatten) into a fully connected layer writes it in half; any other FC input is rounded by one kernel. A
 //     network ending FC (+ activation) -> FC with a small last layer (fits_head) runs the last FC in float32 FMAs
 //     inside one head kernel with the bias, activation and argmax of the tail.
 //   - Out of device memory: when the buffers for a pass (or anything a variant allocates) do not fit, the
@@ -93,7 +95,8 @@ class GpuNetwork {
   // that checks every layer kernel against the numpy reference through small networks.
   std::vector<float> logits(const void* images, InputType type, int64_t n, const std::vector<std::string>& impls);
 
-  void set_fc_math(FcMath m) { fc_math_ = m; }
+  // FcMath::FP16 rounds each fully connected layer's weights to half once, here (the first time it is set).
+  void set_fc_math(FcMath m);
   FcMath fc_math() const { return fc_math_; }
   size_t conv_count() const { return conv_count_; }
   int64_t classes() const { return layers_.back().out_c; }
@@ -111,6 +114,7 @@ class GpuNetwork {
     bool max_mode = true;
     int conv_index = -1;
     DeviceBuffer<float> w, b;
+    DeviceBuffer<__half> w16;  // FC under FcMath::FP16: w in half, [fc16_rows(out_c)][in_c], the extra rows zero
     int64_t in_elems() const { return in_c * in_h * in_w; }
     int64_t out_elems() const { return out_c * out_h * out_w; }
   };
@@ -118,6 +122,7 @@ class GpuNetwork {
     const Layer* layer;
     const GpuConvVariant* variant = nullptr;  // conv only
     Activation fc_act = Activation::None;     // FC fused with the activation after it
+    bool out_f16 = false;  // conv: writes its output in half (launch_f16_out) for the FP16 FC layer after it
   };
   struct Plan {
     std::vector<Step> steps;

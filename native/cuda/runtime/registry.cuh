@@ -6,6 +6,7 @@
 // x_on_host is set, x is pinned host memory the variant streams itself), y is a device buffer, the work is queued
 // on `stream`, every launch is checked, nothing is synchronised unless the variant needs it.
 #pragma once
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -21,6 +22,9 @@ using ConvLaunchFn = void (*)(const float* x, const float* k, float* y, const Co
 // The same with x as uint8 pixels on the device (a network's raw images), widened to float inside the kernel.
 using ConvLaunchU8Fn = void (*)(const uint8_t* x, const float* k, float* y, const ConvShape& s,
                                 cudaStream_t stream);
+// The same with y written in half (round to nearest): see GpuConvVariant::launch_f16_out.
+using ConvLaunchF16OutFn = void (*)(const float* x, const float* k, __half* y, const ConvShape& s,
+                                    cudaStream_t stream);
 // Returns an empty string when the shape is supported, else why not (shown to the user verbatim).
 using ConvSupportsFn = std::string (*)(const ConvShape& s);
 
@@ -53,6 +57,10 @@ struct GpuConvVariant {
   // Optional: reads uint8 x directly. The network then skips its uint8 -> float32 pass when this variant runs
   // its first layer (the images never exist as float32 on the device).
   ConvLaunchU8Fn launch_u8 = nullptr;
+  // Optional: the same products and sums as launch, y stored in half (round to nearest) instead of float32. The
+  // network uses it for a conv whose output feeds a fully connected layer on the FP16 tensor cores (FcMath::FP16,
+  // layers.cuh), which would round that input to half anyway: half the bytes written and read, no rounding pass.
+  ConvLaunchF16OutFn launch_f16_out = nullptr;
   ConvSupportsFn supports = nullptr;  // nullptr: every valid shape
   const TunableFamily* tunable = nullptr;  // optional: its configurations, for the per-shape sweep
   // A network may capture this launcher's work once into a CUDA graph and replay it while its arguments stay
