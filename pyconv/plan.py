@@ -53,8 +53,10 @@ PRECISIONS = ("auto", "fp32", "reduced", "reduced-fc-tf32", "tf32", "fc-tf32")
 # 10000, pinned: the "pipeline" rows). In results/bench-e2e-nvidia-h200-2026-11-22.json, 4 chunks on 4 streams was
 # the fastest shape and more chunks cost more host-side launches than they hid. With the chunked pass replayed as
 # one CUDA graph (results/bench-e2e-nvidia-h200-2026-11-24-sp19-graph.json), 4 to 8 chunks on 4 streams and 4-5 on
-# 2 are within 0.01 ms of each other: 4 on 4 stays.
-FINAL_CHUNKS = 4
+# 2 were within 0.01 ms of each other. With the fully connected layers in FP16 (a shorter last chunk to wait for,
+# results/bench-e2e-nvidia-h200-2026-11-24-sp19-fc16.json): 0.558 ms at 4 chunks on 4 streams, 0.537 at 6 and 8,
+# 0.538 at 10: 6 on 4.
+FINAL_CHUNKS = 6
 STREAMS = 4
 
 

@@ -307,6 +307,35 @@ def test_fc_layers_in_tf32_stay_within_tf32_rounding():
     assert net.fc_math == "tf32"
 
 
+@requires_gpu
+@pytest.mark.gpu
+@needs_m3_pick
+@pytest.mark.parametrize("hidden, classes", [(30, 10), (140, 10), (140, 13), (300, 7)])
+def test_the_head_kernel_matches_the_reference_and_argmax(hidden, classes):
+    """The head (FC bias + tanh + last FC + argmax in one kernel): hidden a multiple of 4 up to 256 takes four lanes
+    per row, the others a warp per row; both against the CPU engine's logits, the labels their argmax."""
+    rng = np.random.default_rng(SEED + 11)
+    C, H, W = 2, 12, 12
+    flat = 4 * 10 * 10
+    layers = [Layer("conv", name="c", out_channels=4, kernel=3,
+                    weight=rng.uniform(-0.01, 0.01, (4, C, 3, 3)).astype(np.float32)), Layer("flatten"),
+              Layer("fc", name="f1", out_features=hidden,
+                    weight=(rng.uniform(-1, 1, (hidden, flat)) / np.sqrt(flat / 3)).astype(np.float32),
+                    bias=rng.uniform(-0.5, 0.5, hidden).astype(np.float32)), Layer("tanh"),
+              Layer("fc", name="f2", out_features=classes,
+                    weight=(rng.uniform(-1, 1, (classes, hidden)) / np.sqrt(hidden / 3)).astype(np.float32),
+                    bias=rng.uniform(-0.5, 0.5, classes).astype(np.float32))]
+    model = tiny_net(layers, (C, H, W))
+    x = rng.integers(1, 256, (77, C, H, W)).astype(np.uint8)  # 77 rows: the last warp of 8 rows is part-empty
+    net = network_of(model)
+    got = net.logits(x, [M3_PICK])
+    ref = cpu_logits(model, x)
+    assert np.abs(ref).max() > 0.5
+    ok, msg = close(got, ref, 1e-4, 1e-4)
+    assert ok, msg
+    np.testing.assert_array_equal(net.forward(x, [M3_PICK])["labels"], got.argmax(axis=1))
+
+
 HALF_OUT = "gpu-tensor-core-f16"  # a conv variant that writes its output in half (launch_f16_out)
 
 

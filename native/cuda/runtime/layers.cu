@@ -143,6 +143,79 @@ __global__ void __launch_bounds__(kHeadWarps * 32) fc_head_kernel(const float* _
   }
 }
 
+// The head with four lanes per row, for hidden a multiple of 4 up to kHeadQuadMaxHidden (sp19: 140): a quad reads
+// its row in 16-byte pieces (lane q takes pieces q, q + 4, ...) and reduces each class in two shuffles, so a warp
+// handles 8 rows at a time. The warp-per-row kernel above spends 5 dependent shuffles per class on one row: on an
+// H200 it took ~15 us for sp19's 10000 rows (the kernel list of one resident pass under CUPTI), over a third of the
+// FC1 GEMM before it. QV: 16-byte pieces per lane (ceil(hidden / 16), rounded up to a multiple of 4).
+constexpr int kHeadQuadThreads = 128;
+constexpr int64_t kHeadQuadMaxHidden = 256;
+template <int QV>
+__global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const float* __restrict__ h, int64_t ldh,
+                                                                        const float* __restrict__ b1, Activation act,
+                                                                        const float* __restrict__ w2,
+                                                                        const float* __restrict__ b2, float* logits,
+                                                                        int32_t* __restrict__ labels, int64_t rows,
+                                                                        int hidden, int classes) {
+  extern __shared__ float4 s_head4[];
+  float* s_w2 = reinterpret_cast<float*>(s_head4);  // [classes][hidden], each row 16-byte aligned (hidden % 4 == 0)
+  float* s_b1 = s_w2 + classes * hidden;            // [hidden]
+  float* s_b2 = s_b1 + hidden;                      // [classes]
+  for (int i = threadIdx.x; i < classes * hidden; i += blockDim.x) s_w2[i] = w2[i];
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) s_b1[i] = b1[i];
+  for (int i = threadIdx.x; i < classes; i += blockDim.x) s_b2[i] = b2[i];
+  __syncthreads();
+  const int lane = threadIdx.x % 32, q = lane & 3, sub = lane >> 2;
+  const int nvec = hidden / 4;
+  const int64_t warps = int64_t(gridDim.x) * (kHeadQuadThreads / 32);
+  // r0 is the same for the whole warp (the shuffles need every lane); rows past the end compute on zeros
+  for (int64_t r0 = (blockIdx.x * int64_t(kHeadQuadThreads / 32) + threadIdx.x / 32) * 8; r0 < rows;
+       r0 += warps * 8) {
+    const int64_t r = r0 + sub;
+    const bool live = r < rows;
+    const float4* hr = reinterpret_cast<const float4*>(h + (live ? r : 0) * ldh);
+    const float4* bv4 = reinterpret_cast<const float4*>(s_b1);
+    float4 a[QV];
+#pragma unroll
+    for (int i = 0; i < QV; ++i) {
+      const int j = q + 4 * i;
+      a[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (live && j < nvec) {
+        const float4 v = hr[j], bb = bv4[j];
+        a[i] = make_float4(activate(v.x + bb.x, act), activate(v.y + bb.y, act), activate(v.z + bb.z, act),
+                           activate(v.w + bb.w, act));
+      }
+    }
+    int best = 0;
+    float bv = 0.0f;
+    for (int c = 0; c < classes; ++c) {
+      const float4* wc = reinterpret_cast<const float4*>(s_w2 + c * hidden);
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < QV; ++i) {
+        const int j = q + 4 * i;
+        if (j < nvec) {
+          const float4 w = wc[j];
+          sum = fmaf(w.x, a[i].x, sum);
+          sum = fmaf(w.y, a[i].y, sum);
+          sum = fmaf(w.z, a[i].z, sum);
+          sum = fmaf(w.w, a[i].w, sum);
+        }
+      }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float v = sum + s_b2[c];
+      if (live && q == (c & 3)) logits[r * classes + c] = v;
+      // argmax in class order, as argmax_rows_kernel: the first largest, a NaN counts as largest
+      if (c == 0 || (bv == bv && (v > bv || v != v))) {
+        bv = v;
+        best = c;
+      }
+    }
+    if (live && q == 0) labels[r] = best;
+  }
+}
+
 }  // namespace
 
 Activation activation_from_name(const std::string& name) {
@@ -271,6 +344,21 @@ void fc_head(const float* h, int64_t ldh, const float* b1, Activation act, const
     kernel<<<unsigned(blocks), kHeadWarps * 32, smem, st>>>(h, ldh, b1, act, w2, b2, logits, labels, rows, int(hidden),
                                                            int(classes));
   };
+  const bool aligned = reinterpret_cast<uintptr_t>(h) % 16 == 0 && ldh % 4 == 0;
+  if (hidden % 4 == 0 && hidden <= kHeadQuadMaxHidden && aligned) {
+    const int64_t quad_blocks = std::min<int64_t>((rows + kHeadQuadThreads / 4 - 1) / (kHeadQuadThreads / 4), 8192);
+    auto launch_quad = [&](auto kernel) {
+      kernel<<<unsigned(quad_blocks), kHeadQuadThreads, smem, st>>>(h, ldh, b1, act, w2, b2, logits, labels, rows,
+                                                                    int(hidden), int(classes));
+    };
+    const int64_t qv = (hidden + 15) / 16;
+    if (qv <= 4) launch_quad(fc_head_quad_kernel<4>);
+    else if (qv <= 8) launch_quad(fc_head_quad_kernel<8>);
+    else if (qv <= 12) launch_quad(fc_head_quad_kernel<12>);
+    else launch_quad(fc_head_quad_kernel<16>);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   const int64_t q = (hidden + 31) / 32;
   if (q <= 2) launch(fc_head_kernel<2>);
   else if (q <= 4) launch(fc_head_kernel<4>);
