@@ -53,10 +53,11 @@ PRECISIONS = ("auto", "fp32", "reduced", "reduced-fc-tf32", "tf32", "fc-tf32")
 # 10000, pinned: the "pipeline" rows). In results/bench-e2e-nvidia-h200-2026-11-22.json, 4 chunks on 4 streams was
 # the fastest shape and more chunks cost more host-side launches than they hid. With the chunked pass replayed as
 # one CUDA graph (results/bench-e2e-nvidia-h200-2026-11-24-sp19-graph.json), 4 to 8 chunks on 4 streams and 4-5 on
-# 2 were within 0.01 ms of each other. With the fully connected layers in FP16 (a shorter last chunk to wait for,
-# results/bench-e2e-nvidia-h200-2026-11-24-sp19-fc16.json): 0.558 ms at 4 chunks on 4 streams, 0.537 at 6 and 8,
-# 0.538 at 10: 6 on 4.
-FINAL_CHUNKS = 6
+# 2 were within 0.01 ms of each other. With the fully connected layers in FP16: 0.558 ms at 4 chunks on 4 streams,
+# 0.537 at 6 and 8 (results/bench-e2e-nvidia-h200-2026-11-24-sp19-fc16.json); with final at 6, the next run gave
+# 0.566 at 4 and 0.563 at 6 (-sp19-fc16-head.json): within its noise. But the resident time, measured in final's
+# parts, was 0.366 ms in 6 parts against 0.332 in 4 (more parts, more fixed costs per part): 4 on 4 stays.
+FINAL_CHUNKS = 4
 STREAMS = 4
 
 

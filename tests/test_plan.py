@@ -123,7 +123,7 @@ def test_a_student_builds_final_uses_only_a_tf32_verdict_earned_with_its_own_var
                            "tf32, not this build's gpu-student; `invoke bench --end-to-end` checks reduced precision "
                            "with it")
     assert p.lines()[:2] == ["final on the GPU: " + p.precision,
-                             "fully connected layers: fp32; 6 chunk(s) on 4 streams"]
+                             "fully connected layers: fp32; 4 chunk(s) on 4 streams"]
     # an evidence file written before the variants were recorded: not the student's either
     e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e-x.json", 0)
     p = plan.plan("final", SITES, student_build(), e, model_digest="d")
@@ -186,7 +186,7 @@ def test_impl_with_fallback_takes_milestone_4s_then_3s_default_where_it_cannot()
 
 def test_an_impl_plan_is_float32_and_untuned_even_for_final():
     p = plan.plan("final", SITES, ladder(), ev(conv2=[("tf32", 0.1)]), impl="base", model_digest="d")
-    assert p.fc_math == "fp32" and not p.tuned and p.impls == ["base", "base"] and p.chunks == 6
+    assert p.fc_math == "fp32" and not p.tuned and p.impls == ["base", "base"] and p.chunks == 4
 
 
 def test_final_takes_the_fastest_measured_variant_it_may_choose():
@@ -323,8 +323,8 @@ def test_final_on_a_gpu_with_only_the_stand_ins_evidence_says_so_and_stays_float
 
 
 def test_the_pipeline_shape():
-    assert plan.pipeline("final", 10000) == (6, 4) and plan.pipeline("final", 23) == (1, 4)
-    assert plan.pipeline("final", 24) == (6, 4)
+    assert plan.pipeline("final", 10000) == (4, 4) and plan.pipeline("final", 15) == (1, 4)
+    assert plan.pipeline("final", 16) == (4, 4)
     assert plan.pipeline("3", 10000) == (1, 4)
 
 
@@ -446,7 +446,7 @@ def test_the_plan_on_an_h200_equals_what_the_milestones_chose_before(name, batch
         assert re.match(r"not (TF32 or )?FP16 conv layers: that bench ran no (TF32 or )?FP16 variant in a "
                         r"configuration that kept every label", note), p.precision
     assert (p.impls, p.fc_math, why) == (want["final"], want["fc"], want["why"])
-    assert p.chunks == (6 if batch >= 24 else 1) and p.streams == 4 and p.tuned
+    assert p.chunks == (4 if batch >= 16 else 1) and p.streams == 4 and p.tuned
     assert plan.plan("final", sites, vs, ev, model_digest=model.digest(), precision="fp32").impls == want["exact"]
     assert plan.plan("final", sites, vs, ev, model_digest=model.digest(), precision="reduced").impls == \
         want["reduced"]

@@ -150,6 +150,8 @@ __global__ void __launch_bounds__(kHeadWarps * 32) fc_head_kernel(const float* _
 // FC1 GEMM before it. QV: 16-byte pieces per lane (ceil(hidden / 16), rounded up to a multiple of 4).
 constexpr int kHeadQuadThreads = 128;
 constexpr int64_t kHeadQuadMaxHidden = 256;
+constexpr int kHeadQuadMaxWeights = 4096;  // W2 entries (classes x hidden) it takes: 8 float4 loads per thread
+static_assert(kHeadQuadMaxWeights % (4 * kHeadQuadThreads) == 0 && kHeadMaxClasses <= kHeadQuadThreads);
 template <int QV>
 __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const float* __restrict__ h, int64_t ldh,
                                                                         const float* __restrict__ b1, Activation act,
@@ -161,9 +163,27 @@ __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const fl
   float* s_w2 = reinterpret_cast<float*>(s_head4);  // [classes][hidden], each row 16-byte aligned (hidden % 4 == 0)
   float* s_b1 = s_w2 + classes * hidden;            // [hidden]
   float* s_b2 = s_b1 + hidden;                      // [classes]
-  for (int i = threadIdx.x; i < classes * hidden; i += blockDim.x) s_w2[i] = w2[i];
-  for (int i = threadIdx.x; i < hidden; i += blockDim.x) s_b1[i] = b1[i];
-  for (int i = threadIdx.x; i < classes; i += blockDim.x) s_b2[i] = b2[i];
+  // 16-byte pieces, all loads of a thread issued before its stores: a block works on a few rows only, so this fill
+  // is a good part of its time
+  {
+    const float4* w4 = reinterpret_cast<const float4*>(w2);
+    const float4* b4 = reinterpret_cast<const float4*>(b1);
+    const int nw = classes * hidden / 4, nb = hidden / 4;
+    constexpr int kFill = kHeadQuadMaxWeights / 4 / kHeadQuadThreads;
+    float4 v[kFill];
+#pragma unroll
+    for (int k = 0; k < kFill; ++k) {
+      const int i = threadIdx.x + k * kHeadQuadThreads;
+      if (i < nw) v[k] = __ldg(w4 + i);
+    }
+#pragma unroll
+    for (int k = 0; k < kFill; ++k) {
+      const int i = threadIdx.x + k * kHeadQuadThreads;
+      if (i < nw) s_head4[i] = v[k];
+    }
+    for (int i = threadIdx.x; i < nb; i += kHeadQuadThreads) reinterpret_cast<float4*>(s_b1)[i] = __ldg(b4 + i);
+    if (threadIdx.x < classes) s_b2[threadIdx.x] = __ldg(b2 + threadIdx.x);
+  }
   __syncthreads();
   const int lane = threadIdx.x % 32, q = lane & 3, sub = lane >> 2;
   const int nvec = hidden / 4;
@@ -344,8 +364,9 @@ void fc_head(const float* h, int64_t ldh, const float* b1, Activation act, const
     kernel<<<unsigned(blocks), kHeadWarps * 32, smem, st>>>(h, ldh, b1, act, w2, b2, logits, labels, rows, int(hidden),
                                                            int(classes));
   };
-  const bool aligned = reinterpret_cast<uintptr_t>(h) % 16 == 0 && ldh % 4 == 0;
-  if (hidden % 4 == 0 && hidden <= kHeadQuadMaxHidden && aligned) {
+  const bool aligned = reinterpret_cast<uintptr_t>(h) % 16 == 0 && reinterpret_cast<uintptr_t>(w2) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(b1) % 16 == 0 && ldh % 4 == 0;
+  if (hidden % 4 == 0 && hidden <= kHeadQuadMaxHidden && hidden * classes <= kHeadQuadMaxWeights && aligned) {
     const int64_t quad_blocks = std::min<int64_t>((rows + kHeadQuadThreads / 4 - 1) / (kHeadQuadThreads / 4), 8192);
     auto launch_quad = [&](auto kernel) {
       kernel<<<unsigned(quad_blocks), kHeadQuadThreads, smem, st>>>(h, ldh, b1, act, w2, b2, logits, labels, rows,
