@@ -496,7 +496,7 @@ std::string layout(const ConvShape& s, size_t elt, Params& p, size_t& smem) {
 }
 
 template <typename TIn>
-void launch(const TIn* x, const float* k, float* y, const ConvShape& s, cudaStream_t st, int max_blocks = 0) {
+void launch(const TIn* x, const float* k, float* y, const ConvShape& s, cudaStream_t st) {
   Params p{};
   size_t smem = 0;
   const std::string why = layout(s, sizeof(TIn), p, smem);
@@ -532,8 +532,7 @@ void launch(const TIn* x, const float* k, float* y, const ConvShape& s, cudaStre
   int per_sm = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
   if (per_sm < 1) throw std::invalid_argument("gpu-split-f16-fused: the block does not fit on an SM");
-  long long blocks = std::min<long long>(s.B, (long long)sms * per_sm);
-  if (max_blocks > 0) blocks = std::min<long long>(blocks, max_blocks);
+  const long long blocks = std::min<long long>(s.B, (long long)sms * per_sm);
   void* args[] = {&x, &k, &y, &p};
   CUDA_CHECK(cudaLaunchKernel(kernel, dim3(unsigned(blocks)), dim3(kThreads), args, smem, st));
   CUDA_CHECK_LAUNCH();
@@ -548,11 +547,6 @@ void conv_fwd_gpu_split_f16_fused(const float* x, const float* k, float* y, cons
 void conv_fwd_gpu_split_f16_fused_u8(const uint8_t* x, const float* k, float* y, const ConvShape& s,
                                      cudaStream_t st) {
   launch(x, k, y, s, st);
-}
-
-void conv_fwd_gpu_split_f16_fused_u8_streamed(const uint8_t* x, const float* k, float* y, const ConvShape& s,
-                                              int max_blocks, cudaStream_t st) {
-  launch(x, k, y, s, st, max_blocks);
 }
 
 // Host code only (no GPU needed): the shape checks and the shared-memory budget of the float32 layout (the larger).
@@ -571,7 +565,6 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .precision = Precision::F16x3,
     .launch = conv_fwd_gpu_split_f16_fused,
     .launch_u8 = conv_fwd_gpu_split_f16_fused_u8,
-    .launch_u8_streamed = conv_fwd_gpu_split_f16_fused_u8_streamed,
     .supports = conv_supports_gpu_split_f16_fused,
     .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
 });

@@ -217,7 +217,7 @@ void GpuNetwork::release_activations() noexcept {
 
 const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing,
                                   std::vector<double>& op_seconds, std::vector<Event>* events, const float* host_x,
-                                  const uint8_t* x_u8, int u8_max_blocks) {
+                                  const uint8_t* x_u8) {
   const cudaStream_t st = L.stream.get();
   float* cur = L.a.get();
   float* other = L.b.get();
@@ -235,9 +235,7 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
         const int ci = ly.conv_index;
         const bool u8 = x_u8 && &ly == &layers_.front();  // the raw images, widened inside the kernel
         const auto launch = [&] {
-          if (u8 && u8_max_blocks > 0)
-            step.variant->launch_u8_streamed(x_u8, ly.w.get(), other, s, u8_max_blocks, st);
-          else if (u8)
+          if (u8)
             step.variant->launch_u8(x_u8, ly.w.get(), other, s, st);
           else if (step.out_f16)
             step.variant->launch_f16_out(x, ly.w.get(), reinterpret_cast<__half*>(other), s, st);
@@ -385,7 +383,6 @@ GpuNetwork::Chunking GpuNetwork::prepare_chunks(int64_t rows, int chunks, int st
   for (int64_t c = 0; c < ck.nchunks; ++c) chunk_rows = std::max(chunk_rows, ck.at[size_t(c) + 1] - ck.at[size_t(c)]);
   ensure_lanes(ck.nlanes);
   if (!copy_stream_) copy_stream_.emplace();
-  if (!stream_blocks_) CUDA_CHECK(cudaDeviceGetAttribute(&stream_blocks_, cudaDevAttrMultiProcessorCount, device_));
   for (size_t l = 0; l < ck.nlanes; ++l) size_lane(*lanes_[l], chunk_rows, false, plan.max_elems);
   // Events are kept between calls: creating them here would put host calls before the first copy is queued.
   if (chunk_events_.size() < size_t(ck.nchunks)) chunk_events_.resize(size_t(ck.nchunks));
@@ -411,39 +408,20 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
     CUDA_CHECK(cudaMemcpyAsync(pass_in_.get() + off, src + off, bytes, cudaMemcpyHostToDevice, cs));
     CUDA_CHECK(cudaEventRecord(copied_[size_t(c)].get(), cs));
   };
-  // From pinned memory, the last part streamed (see network.cuh) where the first conv can read it so: `mapped` is
-  // the device's view of the images.
-  const uint8_t* mapped = nullptr;
-  if (!on_device && !pageable && type == InputType::U8 && plan.u8_first && ck.nchunks > 1 &&
-      plan.steps.front().variant->launch_u8_streamed) {
-    void* d = nullptr;
-    if (cudaHostGetDevicePointer(&d, const_cast<uint8_t*>(src), 0) == cudaSuccess)
-      mapped = static_cast<const uint8_t*>(d);
-    cudaGetLastError();  // memory registered without a device mapping: every part is copied
-  }
-  const int64_t streamed = mapped ? ck.nchunks - 1 : -1;
   // From pinned memory every copy is queued first: the copy engine then runs the whole batch back to back while
   // the host queues the compute.
   if (!on_device && !pageable)
-    for (int64_t c = 0; c < ck.nchunks; ++c)
-      if (c != streamed) copy(c);
+    for (int64_t c = 0; c < ck.nchunks; ++c) copy(c);
   std::vector<double> unused;
   for (int64_t c = 0; c < ck.nchunks; ++c) {
     if (!on_device && pageable) copy(c);
     Lane& L = *lanes_[size_t(c) % ck.nlanes];
     const cudaStream_t st = L.stream.get();
     const int64_t r0 = ck.at[size_t(c)], rc = ck.at[size_t(c) + 1] - r0;
-    if (c == streamed) {
-      // after the copy before it: the link is then this part's alone
-      CUDA_CHECK(cudaStreamWaitEvent(st, copied_[size_t(c) - 1].get(), 0));
-      run_lane(L, rc, plan, ck.timing, unused, &chunk_events_[size_t(c)], nullptr,
-               mapped + size_t(r0) * ck.in_bytes, stream_blocks_);
-    } else {
-      if (!on_device) CUDA_CHECK(cudaStreamWaitEvent(st, copied_[size_t(c)].get(), 0));
-      const uint8_t* part = (on_device ? src : pass_in_.get()) + size_t(r0) * ck.in_bytes;
-      const StagedInput in = stage_input(L, plan, part, type, rc, true, nullptr);
-      run_lane(L, rc, plan, ck.timing, unused, &chunk_events_[size_t(c)], in.host_x, in.x_u8);
-    }
+    if (!on_device) CUDA_CHECK(cudaStreamWaitEvent(st, copied_[size_t(c)].get(), 0));
+    const uint8_t* part = (on_device ? src : pass_in_.get()) + size_t(r0) * ck.in_bytes;
+    const StagedInput in = stage_input(L, plan, part, type, rc, true, nullptr);
+    run_lane(L, rc, plan, ck.timing, unused, &chunk_events_[size_t(c)], in.host_x, in.x_u8);
     if (labels_dst)
       CUDA_CHECK(cudaMemcpyAsync(labels_dst + r0, L.labels.get(), size_t(rc) * sizeof(int32_t),
                                  cudaMemcpyDeviceToHost, st));

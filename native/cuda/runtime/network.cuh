@@ -15,10 +15,6 @@
 //     starts after the first part's copy, not the whole batch's. No device-wide synchronisation (it would
 //     serialise the streams): each conv's op time is the sum over parts of CUDA-event time around that part's
 //     conv launch, which may include time shared with the other streams' work.
-//   - From pinned memory, when the first conv reads uint8 images and has launch_u8_streamed, the last part is not
-//     copied: its first conv reads it over the link as it goes (zero-copy), on one block per SM, once the copy of
-//     the part before has landed. Its compute then no longer waits for its whole copy, only the layers after the
-//     first conv do.
 //   - From pinned memory, a chunked pass whose variants are all graph_capturable is captured into one CUDA graph
 //     the second time the same pass comes (same sizes, pointers, variants and FC math; the first run is plain,
 //     and warms what a variant sets up once) and replayed after: one launch on the host instead of ~10 per
@@ -161,10 +157,8 @@ class GpuNetwork {
   // x_u8 -- raw uint8 images on the device -- when plan.u8_first and the caller skipped the widening); the labels
   // end in L.labels and the returned pointer holds the last activations. events: 2 per conv (start, stop) when
   // timing == Events.
-  // u8_max_blocks > 0: the first conv reads x_u8 through its launch_u8_streamed on at most that many blocks (x_u8
-  // is then the device's view of pinned host memory: the streamed last part of a chunked pass, queue_chunks).
   const float* run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing, std::vector<double>& op_seconds,
-                        std::vector<Event>* events, const float* host_x, const uint8_t* x_u8, int u8_max_blocks = 0);
+                        std::vector<Event>* events, const float* host_x, const uint8_t* x_u8);
   // Returns true when the pass ran as a replayed graph.
   bool run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks, int streams,
                 bool op_times, int32_t* labels_out, std::vector<double>& op_seconds);
@@ -225,7 +219,6 @@ class GpuNetwork {
   std::optional<Stream> copy_stream_;             // a chunked pass's host-to-device copies, in order (made at the
                                                   // first chunked pass: the constructor touches no GPU)
   DeviceBuffer<uint8_t> pass_in_;                 // a chunked pass's images on the device
-  int stream_blocks_ = 0;                         // blocks of a streamed first conv: one per SM
   std::vector<Event> copied_;                     // [chunk]: its images have landed in pass_in_
   std::vector<Event> joined_;                     // [lane]: its last part is done (copy_stream_ waits on it)
   GraphExec graph_;                               // the captured chunked pass ...

@@ -22,9 +22,6 @@ using ConvLaunchFn = void (*)(const float* x, const float* k, float* y, const Co
 // The same with x as uint8 pixels on the device (a network's raw images), widened to float inside the kernel.
 using ConvLaunchU8Fn = void (*)(const uint8_t* x, const float* k, float* y, const ConvShape& s,
                                 cudaStream_t stream);
-// launch_u8 on at most max_blocks blocks: see GpuConvVariant::launch_u8_streamed.
-using ConvLaunchU8StreamedFn = void (*)(const uint8_t* x, const float* k, float* y, const ConvShape& s,
-                                        int max_blocks, cudaStream_t stream);
 // The same with y written in half (round to nearest): see GpuConvVariant::launch_f16_out.
 using ConvLaunchF16OutFn = void (*)(const float* x, const float* k, __half* y, const ConvShape& s,
                                     cudaStream_t stream);
@@ -60,11 +57,6 @@ struct GpuConvVariant {
   // Optional: reads uint8 x directly. The network then skips its uint8 -> float32 pass when this variant runs
   // its first layer (the images never exist as float32 on the device).
   ConvLaunchU8Fn launch_u8 = nullptr;
-  // Optional, with launch_u8: the same on at most max_blocks blocks, for x in pinned host memory that the kernel
-  // reads over the link as it goes (zero-copy, through the device's view of it). Paced by the link, it then
-  // leaves the rest of the GPU to the other streams' work. The network uses it for the last part of a chunked
-  // pass from pinned memory, whose compute would otherwise wait for that part's whole copy.
-  ConvLaunchU8StreamedFn launch_u8_streamed = nullptr;
   // Optional: the same products and sums as launch, y stored in half (round to nearest) instead of float32. The
   // network uses it for a conv whose output feeds a fully connected layer on the FP16 tensor cores (FcMath::FP16,
   // layers.cuh), which would round that input to half anyway: half the bytes written and read, no rounding pass.
