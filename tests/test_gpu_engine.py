@@ -471,6 +471,8 @@ def test_chunked_pass_from_pinned_memory_replays_one_graph(sp19):
     again = net.forward(xp, impls, chunks=5, streams=3)
     assert again["replayed"]
     np.testing.assert_array_equal(again["labels"], runs[0]["labels"][::-1])
+    # The same parts from pageable memory (staged, then copied): the same kernels on the same rows, the same labels.
+    np.testing.assert_array_equal(net.forward(np.array(xp), impls, chunks=5, streams=3)["labels"], again["labels"])
     # Without per-layer timing: no op times, the same labels.
     untimed = [net.forward(xp, impls, chunks=5, streams=3, op_times=False) for _ in range(3)]
     assert [r["replayed"] for r in untimed] == [False, True, True] and untimed[-1]["op_times"] == []
