@@ -143,19 +143,16 @@ __global__ void __launch_bounds__(kHeadWarps * 32) fc_head_kernel(const float* _
   }
 }
 
-// The head with LANES (4 or 8) lanes per row, for hidden a multiple of 4 up to kHeadQuadMaxHidden (sp19: 140): the
-// lanes of a row read it in 16-byte pieces (lane q takes pieces q, q + LANES, ...) and reduce each class in
-// log2(LANES) shuffles, so a warp handles 32 / LANES rows at a time. The warp-per-row kernel above spends 5
-// dependent shuffles per class on one row: on an H200 it took ~15 us for sp19's 10000 rows (the kernel list of one
-// resident pass under CUPTI), over a third of the FC1 GEMM before it; with 4 lanes per row 9.7-12.4 us, and Nsight
-// Compute found the grid 0.4 waves full (1250 warps, 73% of cycles without an eligible warp): 8 lanes per row
-// where a row has at least 16 pieces give twice the warps and half the chain each. QV: pieces per lane
-// (ceil(hidden / 4 / LANES) rounded up to 2, 4 or 8).
+// The head with four lanes per row, for hidden a multiple of 4 up to kHeadQuadMaxHidden (sp19: 140): a quad reads
+// its row in 16-byte pieces (lane q takes pieces q, q + 4, ...) and reduces each class in two shuffles, so a warp
+// handles 8 rows at a time. The warp-per-row kernel above spends 5 dependent shuffles per class on one row: on an
+// H200 it took ~15 us for sp19's 10000 rows (the kernel list of one resident pass under CUPTI), over a third of the
+// FC1 GEMM before it. QV: 16-byte pieces per lane (ceil(hidden / 16), rounded up to a multiple of 4).
 constexpr int kHeadQuadThreads = 128;
 constexpr int64_t kHeadQuadMaxHidden = 256;
 constexpr int kHeadQuadMaxWeights = 4096;  // W2 entries (classes x hidden) it takes: 8 float4 loads per thread
 static_assert(kHeadQuadMaxWeights % (4 * kHeadQuadThreads) == 0 && kHeadMaxClasses <= kHeadQuadThreads);
-template <int LANES, int QV>
+template <int QV>
 __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const float* __restrict__ h, int64_t ldh,
                                                                         const float* __restrict__ b1, Activation act,
                                                                         const float* __restrict__ w2,
@@ -188,13 +185,12 @@ __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const fl
     if (threadIdx.x < classes) s_b2[threadIdx.x] = __ldg(b2 + threadIdx.x);
   }
   __syncthreads();
-  constexpr int kRows = 32 / LANES;  // rows per warp at a time
-  const int lane = threadIdx.x % 32, q = lane % LANES, sub = lane / LANES;
+  const int lane = threadIdx.x % 32, q = lane & 3, sub = lane >> 2;
   const int nvec = hidden / 4;
   const int64_t warps = int64_t(gridDim.x) * (kHeadQuadThreads / 32);
   // r0 is the same for the whole warp (the shuffles need every lane); rows past the end compute on zeros
-  for (int64_t r0 = (blockIdx.x * int64_t(kHeadQuadThreads / 32) + threadIdx.x / 32) * kRows; r0 < rows;
-       r0 += warps * kRows) {
+  for (int64_t r0 = (blockIdx.x * int64_t(kHeadQuadThreads / 32) + threadIdx.x / 32) * 8; r0 < rows;
+       r0 += warps * 8) {
     const int64_t r = r0 + sub;
     const bool live = r < rows;
     const float4* hr = reinterpret_cast<const float4*>(h + (live ? r : 0) * ldh);
@@ -202,7 +198,7 @@ __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const fl
     float4 a[QV];
 #pragma unroll
     for (int i = 0; i < QV; ++i) {
-      const int j = q + LANES * i;
+      const int j = q + 4 * i;
       a[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (live && j < nvec) {
         const float4 v = hr[j], bb = bv4[j];
@@ -217,7 +213,7 @@ __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const fl
       float sum = 0.0f;
 #pragma unroll
       for (int i = 0; i < QV; ++i) {
-        const int j = q + LANES * i;
+        const int j = q + 4 * i;
         if (j < nvec) {
           const float4 w = wc[j];
           sum = fmaf(w.x, a[i].x, sum);
@@ -226,10 +222,10 @@ __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const fl
           sum = fmaf(w.w, a[i].w, sum);
         }
       }
-#pragma unroll
-      for (int o = 1; o < LANES; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       const float v = sum + s_b2[c];
-      if (live && q == c % LANES) logits[r * classes + c] = v;
+      if (live && q == (c & 3)) logits[r * classes + c] = v;
       // argmax in class order, as argmax_rows_kernel: the first largest, a NaN counts as largest
       if (c == 0 || (bv == bv && (v > bv || v != v))) {
         bv = v;
@@ -371,20 +367,16 @@ void fc_head(const float* h, int64_t ldh, const float* b1, Activation act, const
   const bool aligned = reinterpret_cast<uintptr_t>(h) % 16 == 0 && reinterpret_cast<uintptr_t>(w2) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(b1) % 16 == 0 && ldh % 4 == 0;
   if (hidden % 4 == 0 && hidden <= kHeadQuadMaxHidden && hidden * classes <= kHeadQuadMaxWeights && aligned) {
-    const int lanes = hidden / 4 >= 16 ? 8 : 4;
-    const int64_t rows_per_block = kHeadQuadThreads / lanes;
-    const int64_t quad_blocks = std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, 8192);
+    const int64_t quad_blocks = std::min<int64_t>((rows + kHeadQuadThreads / 4 - 1) / (kHeadQuadThreads / 4), 8192);
     auto launch_quad = [&](auto kernel) {
       kernel<<<unsigned(quad_blocks), kHeadQuadThreads, smem, st>>>(h, ldh, b1, act, w2, b2, logits, labels, rows,
                                                                     int(hidden), int(classes));
     };
-    const int64_t qv = (hidden / 4 + lanes - 1) / lanes;  // at most 64 / 8 = 8
-    if (lanes == 4)
-      qv <= 2 ? launch_quad(fc_head_quad_kernel<4, 2>) : launch_quad(fc_head_quad_kernel<4, 4>);
-    else if (qv <= 4)
-      launch_quad(fc_head_quad_kernel<8, 4>);
-    else
-      launch_quad(fc_head_quad_kernel<8, 8>);
+    const int64_t qv = (hidden + 15) / 16;
+    if (qv <= 4) launch_quad(fc_head_quad_kernel<4>);
+    else if (qv <= 8) launch_quad(fc_head_quad_kernel<8>);
+    else if (qv <= 12) launch_quad(fc_head_quad_kernel<12>);
+    else launch_quad(fc_head_quad_kernel<16>);
     CUDA_CHECK_LAUNCH();
     return;
   }
