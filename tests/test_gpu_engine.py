@@ -310,7 +310,7 @@ def test_fc_layers_in_tf32_stay_within_tf32_rounding():
 @requires_gpu
 @pytest.mark.gpu
 @needs_m3_pick
-@pytest.mark.parametrize("hidden, classes", [(30, 10), (140, 10), (140, 13), (300, 7)])
+@pytest.mark.parametrize("hidden, classes", [(30, 10), (40, 10), (140, 10), (140, 13), (300, 7)])
 def test_the_head_kernel_matches_the_reference_and_argmax(hidden, classes):
     """The head (FC bias + tanh + last FC + argmax in one kernel): hidden a multiple of 4 up to 256 takes four lanes
     per row, the others a warp per row; both against the CPU engine's logits, the labels their argmax."""

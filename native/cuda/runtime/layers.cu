@@ -147,7 +147,10 @@ __global__ void __launch_bounds__(kHeadWarps * 32) fc_head_kernel(const float* _
 // its row in 16-byte pieces (lane q takes pieces q, q + 4, ...) and reduces each class in two shuffles, so a warp
 // handles 8 rows at a time. The warp-per-row kernel above spends 5 dependent shuffles per class on one row: on an
 // H200 it took ~15 us for sp19's 10000 rows (the kernel list of one resident pass under CUPTI), over a third of the
-// FC1 GEMM before it. QV: 16-byte pieces per lane (ceil(hidden / 16), rounded up to a multiple of 4).
+// FC1 GEMM before it; with four lanes 9.7-12.4 us. Nsight Compute then found the grid 0.4 waves full (1250 warps,
+// 73% of cycles without an eligible warp), but 8 lanes per row (twice the warps, half the chain each) measured the
+// same (10.0 us, Nsight Compute 14.8 us under its locked clocks both ways), so the head's time is its fixed costs.
+// QV: 16-byte pieces per lane (ceil(hidden / 16), rounded up to a multiple of 4).
 constexpr int kHeadQuadThreads = 128;
 constexpr int64_t kHeadQuadMaxHidden = 256;
 constexpr int kHeadQuadMaxWeights = 4096;  // W2 entries (classes x hidden) it takes: 8 float4 loads per thread
