@@ -334,6 +334,10 @@ def test_the_head_kernel_matches_the_reference_and_argmax(hidden, classes):
     ok, msg = close(got, ref, 1e-4, 1e-4)
     assert ok, msg
     np.testing.assert_array_equal(net.forward(x, [M3_PICK])["labels"], got.argmax(axis=1))
+    # numpy's argmax: a NaN counts as largest, and the first NaN wins (classes 3 and 5 NaN on every row: 3)
+    w2 = layers[-1].weight
+    w2[3, 0] = w2[min(5, classes - 1), 1] = np.nan
+    np.testing.assert_array_equal(network_of(model).forward(x, [M3_PICK])["labels"], np.full(len(x), 3))
 
 
 HALF_OUT = "gpu-tensor-core-f16"  # a conv variant that writes its output in half (launch_f16_out)

@@ -18,6 +18,9 @@
 //   sm_90), so it was not kept;
 // - the fp32 image still arrives by cp.async into a two-slot ring, so the next image flies while this one is
 //   converted and multiplied.
+// - launch_f16_out (registry.cuh): the same kernel with y in half, each value rounded as it leaves (the staged
+//   output stays float32): the input of a fully connected layer on the FP16 tensor cores, written and read in half
+//   the bytes (sp19 conv2: 129-130 us against 134.5 with float32 y, the CUPTI kernel list of one resident pass).
 // Precision: both operands rounded to FP16 (round to nearest), products summed in float32: the same 11-bit
 // significand as TF32, so held to step 22's 2e-3; FP16's range is narrower (|v| < 65504: larger values become
 // inf and the outputs they reach are not finite; values below 2^-14 lose bits as subnormals). The course's

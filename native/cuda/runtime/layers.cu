@@ -25,6 +25,15 @@ __global__ void f32_to_f16_kernel(const float* __restrict__ in, __half* __restri
     out[i] = __float2half_rn(in[i]);
 }
 
+// One step of numpy's argmax in class order: class c's value v takes the lead when it is larger or NaN, unless the
+// lead is NaN already (the first NaN wins, as the first largest does).
+__device__ __forceinline__ void argmax_step(float v, int c, float& bv, int& best) {
+  if (bv == bv && (v > bv || v != v)) {
+    bv = v;
+    best = c;
+  }
+}
+
 __device__ __forceinline__ float activate(float v, Activation a) {
   switch (a) {
     case Activation::Tanh: return tanhf(v);
@@ -129,28 +138,23 @@ __global__ void __launch_bounds__(kHeadWarps * 32) fc_head_kernel(const float* _
       if (lane == c) mine = sum + s_b2[c];
     }
     if (lane < classes) logits[r * classes + lane] = mine;
-    // argmax in class order, as argmax_rows_kernel: the first largest, a NaN counts as largest
+    // argmax in class order (argmax_step), as argmax_rows_kernel
     int best = 0;
     float bv = __shfl_sync(0xffffffffu, mine, 0);
-    for (int c = 1; c < classes; ++c) {
-      const float v = __shfl_sync(0xffffffffu, mine, c);
-      if (bv == bv && (v > bv || v != v)) {
-        bv = v;
-        best = c;
-      }
-    }
+    for (int c = 1; c < classes; ++c) argmax_step(__shfl_sync(0xffffffffu, mine, c), c, bv, best);
     if (lane == 0) labels[r] = best;
   }
 }
 
 // The head with four lanes per row, for hidden a multiple of 4 up to kHeadQuadMaxHidden (sp19: 140): a quad reads
 // its row in 16-byte pieces (lane q takes pieces q, q + 4, ...) and reduces each class in two shuffles, so a warp
-// handles 8 rows at a time. The warp-per-row kernel above spends 5 dependent shuffles per class on one row: on an
-// H200 it took ~15 us for sp19's 10000 rows (the kernel list of one resident pass under CUPTI), over a third of the
-// FC1 GEMM before it; with four lanes 9.7-12.4 us. Nsight Compute then found the grid 0.4 waves full (1250 warps,
-// 73% of cycles without an eligible warp), but 8 lanes per row (twice the warps, half the chain each) measured the
-// same (10.0 us, Nsight Compute 14.8 us under its locked clocks both ways), so the head's time is its fixed costs.
-// QV: 16-byte pieces per lane (ceil(hidden / 16), rounded up to a multiple of 4).
+// handles 8 rows at a time; the warp-per-row kernel above spends 5 dependent shuffles per class on one row. sp19's
+// 10000 rows in one pass on an H200 (CUPTI kernel list of a resident pass): 15.4 us with the warp per row, 9.7 us
+// here with W2 filled in 16-byte pieces; at the pipeline's 2500-row parts both take ~9 us (the pinned traces of
+// results/bench-e2e-nvidia-h200-2026-11-24-sp19-trace2.json and -sp19-fc16-4x4.json). Nsight Compute found this
+// grid 0.4 waves full (1250 warps, 73% of cycles without an eligible warp), but 8 lanes per row (twice the warps,
+// half the chain each) measured the same (10.0 us; 14.8 us under Nsight Compute's locked clocks both ways): the
+// head's time is its fixed costs. QV: 16-byte pieces per lane (ceil(hidden / 16), rounded up to a multiple of 4).
 constexpr int kHeadQuadThreads = 128;
 constexpr int64_t kHeadQuadMaxHidden = 256;
 constexpr int kHeadQuadMaxWeights = 4096;  // W2 entries (classes x hidden) it takes: 8 float4 loads per thread
@@ -229,11 +233,10 @@ __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const fl
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       const float v = sum + s_b2[c];
       if (live && q == (c & 3)) logits[r * classes + c] = v;
-      // argmax in class order, as argmax_rows_kernel: the first largest, a NaN counts as largest
-      if (c == 0 || (bv == bv && (v > bv || v != v))) {
+      if (c == 0)
         bv = v;
-        best = c;
-      }
+      else
+        argmax_step(v, c, bv, best);
     }
     if (live && q == 0) labels[r] = best;
   }

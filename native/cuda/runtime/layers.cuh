@@ -54,16 +54,18 @@ void pool2d(const float* x, float* y, int64_t planes, int H, int W, int kernel, 
 // and of the course checkpoint did not change (`invoke bench --end-to-end` counts the images that differ).
 // FP16: operands in half (round to nearest: TF32's 10 mantissa bits, FP16's narrower range), products summed in
 // float32 (cublasGemmEx, CUBLAS_COMPUTE_32F). The input arrives in half from a conv variant that writes it
-// (launch_f16_out, registry.cuh), else one kernel rounds it (f32_to_f16). Half the bytes of TF32's input, and
-// cuBLAS's FP16 kernels are the faster ones at these shapes once the output width is padded (fc16_rows).
+// (launch_f16_out, registry.cuh), else one kernel rounds it (f32_to_f16). sp19's FC1 on an H200, per 2500-row part
+// of the pipeline (the CUPTI traces of one pinned call in the end-to-end bench files): 30-34 us in TF32
+// (results/bench-e2e-nvidia-h200-2026-11-24-sp19-trace2.json), 17 us in FP16 with the width padded (fc16_rows,
+// -sp19-fc16-4x4.json); the labels of every shipped model and the course checkpoint stayed PyTorch's.
 enum class FcMath { FP32, TF32, FP16 };
 FcMath fc_math_from_name(const std::string& name);  // "fp32" | "tf32" | "fp16"; else invalid_argument
 const char* fc_math_name(FcMath m);
 
 // The rows of an FP16 weight matrix [out][in] as the network stores it: out rounded up to a multiple of 64, the
-// extra rows zero. cuBLAS's FP16 GEMM for sp19's FC1 (10000 x 5184 -> out) through torch.matmul on an H200:
-// 0.108 ms at out = 140, 0.048 at 144, 0.036 at 192 (TF32: 0.10 at all three); the GEMM feeding the head computes
-// all the padded columns and the head reads the first `out` of each row.
+// extra rows zero. cuBLAS's FP16 GEMM picks a slow kernel at sp19's out = 140: timed with torch.matmul on an H200
+// (10000 x 5184 -> out), 0.108 ms at 140, 0.048 at 144, 0.036 at 192 (TF32: 0.10 at each). The GEMM feeding the
+// head computes all the padded columns, and the head reads the first `out` of each row.
 inline int64_t fc16_rows(int64_t out) { return (out + 63) / 64 * 64; }
 
 // out[i] = half(in[i]), round to nearest.
