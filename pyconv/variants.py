@@ -62,7 +62,8 @@ class Variant:
     reads_u8: bool = False
     single_thread: bool = False  # a CPU variant that runs on one thread whatever OpenMP offers
     tunable: bool = False  # has several tile configurations, each a kernel of its own (sanitize runs each)
-    writes_f16: bool = False  # can write its output in half, the input of an FP16 fully connected layer
+    # can write its output in half (the input of an FP16 fully connected layer) on the path a network runs it
+    writes_f16: bool = False
     roles: Mapping[str, Role] = field(default_factory=dict)
     unsupported: Callable[[Shape], str] | None = field(default=None, compare=False, repr=False)
 

@@ -341,22 +341,27 @@ def test_the_head_kernel_matches_the_reference_and_argmax(hidden, classes):
 
 
 HALF_OUT = "gpu-tensor-core-f16"  # a conv variant that writes its output in half (launch_f16_out)
+HALF_OUT_FIRST = "gpu-split-f16-fused"  # the same from the uint8 images, with tanh + pool (launch_u8_f16_out)
 
 
 @requires_gpu
 @pytest.mark.gpu
 @needs(HALF_OUT)
+@needs(HALF_OUT_FIRST)
 @needs_m3_pick
-@pytest.mark.parametrize("conv", [HALF_OUT, "m3-pick"])
+@pytest.mark.parametrize("conv", [HALF_OUT, HALF_OUT_FIRST, "m3-pick"])
 def test_fc_layers_in_fp16_stay_within_fp16_rounding(conv):
-    """FcMath FP16: conv -> flatten -> FC -> tanh -> FC -> tanh -> FC. With HALF_OUT the conv writes the first FC's
-    input in half itself; with a float32 conv one kernel rounds it. The first FC is a plain FP16 layer, the second
-    the GEMM before the head (its width 40 padded to 64 in the weights and in the rows the head reads)."""
+    """FcMath FP16: conv -> flatten -> FC -> tanh -> FC -> tanh -> FC (HALF_OUT_FIRST: a one-channel first layer with
+    tanh + pool, from uint8 images). With HALF_OUT or HALF_OUT_FIRST the conv writes the first FC's input in half
+    itself; with a float32 conv one kernel rounds it. The first FC is a plain FP16 layer, the second the GEMM before
+    the head (its width 40 padded to 64 in the weights and in the rows the head reads)."""
     impl = M3_PICK if conv == "m3-pick" else conv
-    assert {v.name: v for v in GPU_VARIANTS}[impl].writes_f16 == (impl == HALF_OUT)
+    assert {v.name: v for v in GPU_VARIANTS}[impl].writes_f16 == (impl != M3_PICK)
     rng = np.random.default_rng(SEED + 10)
-    C, H, W, M, K = 4, 16, 16, 8, 5
-    flat = M * (H - K + 1) * (W - K + 1)
+    C, H, W, M, K = (1, 20, 20, 8, 5) if impl == HALF_OUT_FIRST else (4, 16, 16, 8, 5)
+    after = [Layer("tanh"), Layer("pool", mode="max", kernel=2, stride=2)] if impl == HALF_OUT_FIRST else []
+    side = (H - K + 1) // 2 if after else H - K + 1
+    flat = M * side * side
 
     def fc(name, out, inp, act=True):
         return [Layer("fc", name=name, out_features=out,
@@ -364,7 +369,7 @@ def test_fc_layers_in_fp16_stay_within_fp16_rounding(conv):
                       bias=rng.uniform(-0.5, 0.5, out).astype(np.float32)), *([Layer("tanh")] if act else [])]
 
     layers = [Layer("conv", name="c", out_channels=M, kernel=K,
-                    weight=rng.uniform(-0.01, 0.01, (M, C, K, K)).astype(np.float32)), Layer("flatten"),
+                    weight=rng.uniform(-0.01, 0.01, (M, C, K, K)).astype(np.float32)), *after, Layer("flatten"),
               *fc("f1", 140, flat), *fc("f2", 40, 140), *fc("f3", 10, 40, act=False)]
     model = tiny_net(layers, (C, H, W))
     x = rng.integers(1, 256, (257, C, H, W)).astype(np.uint8)

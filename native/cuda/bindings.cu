@@ -89,7 +89,9 @@ PYBIND11_MODULE(_gpu, m) {
                                     v.launch_u8 != nullptr, "gpu",
                                     {{"m3", v.roles.m3}, {"m4", v.roles.m4}, {"final", v.roles.final}});
           d["tunable"] = v.tunable != nullptr;  // its configurations are autotune_configs()
-          d["writes_f16"] = v.launch_f16_out != nullptr;  // can write its output in half (FcMath::FP16's input)
+          // can write its output in half (FcMath::FP16's input) on the path a network runs it: from float32 (any
+          // layer) or from the uint8 images (a first layer with launch_u8)
+          d["writes_f16"] = v.launch_f16_out != nullptr || (v.launch_u8 && v.launch_u8_f16_out);
           out.append(d);
         }
         return out;

@@ -53,6 +53,9 @@
 //   filter, column limit and staging address are computed once. sm_90 SASS of one sp19 m-tile:
 //   59 instructions for float input (16 LDS, 6 HMMA, 3 NOP, ~20 of epilogue, ~14 other), 47 for uint8; K = 3:
 //   45, K = 7: 95.
+// - launch_u8_f16_out (registry.cuh): from the uint8 images, y in half, each pooled value rounded to nearest as it
+//   leaves the staging buffer (which stays float32): the input of a fully connected layer on the FP16 tensor cores
+//   (fa17's one conv layer), half the bytes of y.
 // Precision contract: FP32-accurate (held to the float32 tolerance) for |x| and |w| below fp16's overflow
 // (65504; the course's pixels, 0..255, and weights are far inside). A value of magnitude >= 65520 becomes inf in
 // its hi half and -inf (or NaN) in its lo half, so every conv value it reaches is NaN (inf - inf, inf * 0), and
@@ -85,6 +88,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 #include "cuda/kernels/fast_div.cuh"
 #include "cuda/runtime/cuda_check.cuh"
@@ -240,20 +244,28 @@ __device__ __forceinline__ void split_image(const unsigned char* raw, uint32_t* 
   }
 }
 
-// The staged pooled image [M][plane] -> y[b][M][Hp][Wp], coalesced.
-__device__ __forceinline__ void write_out(const float* stage, float* __restrict__ y, long long b, const Params& p) {
-  float* yo = y + size_t(b) * size_t(p.out_per_img);
+// The staged pooled image [M][plane] -> y[b][M][Hp][Wp], coalesced. TOut = __half (launch_u8_f16_out): each
+// value rounded to nearest as it leaves, four in one 8-byte store.
+template <typename TOut>
+__device__ __forceinline__ void write_out(const float* stage, TOut* __restrict__ y, long long b, const Params& p) {
+  TOut* yo = y + size_t(b) * size_t(p.out_per_img);
   const int hw = int(p.hw.d);
   if (p.vec_out) {  // Hp * Wp % 4 == 0: a float4 never crosses planes
-    float4* y4 = reinterpret_cast<float4*>(yo);
     for (int i = threadIdx.x; i < p.out_per_img / 4; i += kThreads) {
       const int n = int(p.hw.div(uint32_t(4 * i)));
-      y4[i] = *reinterpret_cast<const float4*>(stage + n * p.plane + (4 * i - n * hw));
+      const float4 v = *reinterpret_cast<const float4*>(stage + n * p.plane + (4 * i - n * hw));
+      if constexpr (std::is_same_v<TOut, __half>) {
+        const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+        reinterpret_cast<uint2*>(yo)[i] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo),
+                                                     *reinterpret_cast<const uint32_t*>(&hi));
+      } else {
+        reinterpret_cast<float4*>(yo)[i] = v;
+      }
     }
   } else {
     for (int i = threadIdx.x; i < p.out_per_img; i += kThreads) {
       const int n = int(p.hw.div(uint32_t(i)));
-      yo[i] = stage[n * p.plane + (i - n * hw)];
+      yo[i] = TOut(stage[n * p.plane + (i - n * hw)]);
     }
   }
 }
@@ -304,9 +316,9 @@ __device__ __forceinline__ void tile_ntile(const Frag<K, TIn>& f, const uint4 (&
 // lane constants in every m-tile (67 SASS instructions instead of 59 for sp19, float) and spill for K >= 6; the
 // K <= 5 kernels use 48-64 registers anyway (-Xptxas -v, CUDA 13, sm_90; no kernel spills), so where shared memory
 // allows (sp19, fa17: ~55 KB per block) 4 blocks of 8 warps share an SM regardless.
-template <int K, typename TIn>
+template <int K, typename TIn, typename TOut>
 __global__ void __launch_bounds__(kThreads, 2)
-    conv19_kernel(const TIn* __restrict__ x, const float* __restrict__ k, float* __restrict__ y, Params p) {
+    conv19_kernel(const TIn* __restrict__ x, const float* __restrict__ k, TOut* __restrict__ y, Params p) {
   constexpr int P = Taps<K>::P, RC = Taps<K>::RC, KS = Taps<K>::KS;
   extern __shared__ uint4 smem[];
   unsigned char* base = reinterpret_cast<unsigned char*>(smem);
@@ -437,16 +449,16 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (last >= 0 && last < p.B) write_out(stage, y, last, p);
 }
 
-template <typename TIn>
+template <typename TIn, typename TOut>
 const void* kernel_for(int K) {
   switch (K) {
-    case 1: return reinterpret_cast<const void*>(conv19_kernel<1, TIn>);
-    case 2: return reinterpret_cast<const void*>(conv19_kernel<2, TIn>);
-    case 3: return reinterpret_cast<const void*>(conv19_kernel<3, TIn>);
-    case 4: return reinterpret_cast<const void*>(conv19_kernel<4, TIn>);
-    case 5: return reinterpret_cast<const void*>(conv19_kernel<5, TIn>);
-    case 6: return reinterpret_cast<const void*>(conv19_kernel<6, TIn>);
-    default: return reinterpret_cast<const void*>(conv19_kernel<7, TIn>);
+    case 1: return reinterpret_cast<const void*>(conv19_kernel<1, TIn, TOut>);
+    case 2: return reinterpret_cast<const void*>(conv19_kernel<2, TIn, TOut>);
+    case 3: return reinterpret_cast<const void*>(conv19_kernel<3, TIn, TOut>);
+    case 4: return reinterpret_cast<const void*>(conv19_kernel<4, TIn, TOut>);
+    case 5: return reinterpret_cast<const void*>(conv19_kernel<5, TIn, TOut>);
+    case 6: return reinterpret_cast<const void*>(conv19_kernel<6, TIn, TOut>);
+    default: return reinterpret_cast<const void*>(conv19_kernel<7, TIn, TOut>);
   }
 }
 
@@ -495,8 +507,8 @@ std::string layout(const ConvShape& s, size_t elt, Params& p, size_t& smem) {
   return "";
 }
 
-template <typename TIn>
-void launch(const TIn* x, const float* k, float* y, const ConvShape& s, cudaStream_t st) {
+template <typename TIn, typename TOut>
+void launch(const TIn* x, const float* k, TOut* y, const ConvShape& s, cudaStream_t st) {
   Params p{};
   size_t smem = 0;
   const std::string why = layout(s, sizeof(TIn), p, smem);
@@ -518,7 +530,7 @@ void launch(const TIn* x, const float* k, float* y, const ConvShape& s, cudaStre
   if (smem > size_t(optin))
     throw std::invalid_argument("gpu-split-f16-fused: needs " + std::to_string(smem) +
                                 " bytes of shared memory per block, this GPU allows " + std::to_string(optin));
-  const void* kernel = kernel_for<TIn>(int(s.K));
+  const void* kernel = kernel_for<TIn, TOut>(int(s.K));
   static std::mutex mu;
   static std::map<std::tuple<const void*, int>, bool> configured;
   {
@@ -549,6 +561,11 @@ void conv_fwd_gpu_split_f16_fused_u8(const uint8_t* x, const float* k, float* y,
   launch(x, k, y, s, st);
 }
 
+void conv_fwd_gpu_split_f16_fused_u8_half_out(const uint8_t* x, const float* k, __half* y, const ConvShape& s,
+                                              cudaStream_t st) {
+  launch(x, k, y, s, st);
+}
+
 // Host code only (no GPU needed): the shape checks and the shared-memory budget of the float32 layout (the larger).
 std::string conv_supports_gpu_split_f16_fused(const ConvShape& s) {
   Params p{};
@@ -565,6 +582,7 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .precision = Precision::F16x3,
     .launch = conv_fwd_gpu_split_f16_fused,
     .launch_u8 = conv_fwd_gpu_split_f16_fused_u8,
+    .launch_u8_f16_out = conv_fwd_gpu_split_f16_fused_u8_half_out,
     .supports = conv_supports_gpu_split_f16_fused,
     .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
 });

@@ -186,8 +186,8 @@ GpuNetwork::Plan GpuNetwork::make_plan(const std::vector<std::string>& impls) co
     for (size_t i = 0; i + 1 < n; ++i) {
       Step& st = plan.steps[i];
       // flatten is not a step: the next step reads this conv's output as it lies
-      st.out_f16 = st.layer->kind == Kind::Conv && st.variant->launch_f16_out && !st.variant->x_on_host &&
-                   !(i == 0 && plan.u8_first) && plan.steps[i + 1].layer->kind == Kind::FC;
+      st.feeds_fc16 = st.layer->kind == Kind::Conv && !st.variant->x_on_host &&
+                      plan.steps[i + 1].layer->kind == Kind::FC;
     }
   return plan;
 }
@@ -234,10 +234,15 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
         const float* x = step.variant->x_on_host ? host_x : cur;
         const int ci = ly.conv_index;
         const bool u8 = x_u8 && &ly == &layers_.front();  // the raw images, widened inside the kernel
+        // the output in half where it feeds an FP16 FC layer and the variant can write it so on this input
+        const bool half_out = step.feeds_fc16 && (u8 ? step.variant->launch_u8_f16_out != nullptr
+                                                     : step.variant->launch_f16_out != nullptr);
         const auto launch = [&] {
-          if (u8)
+          if (u8 && half_out)
+            step.variant->launch_u8_f16_out(x_u8, ly.w.get(), reinterpret_cast<__half*>(other), s, st);
+          else if (u8)
             step.variant->launch_u8(x_u8, ly.w.get(), other, s, st);
-          else if (step.out_f16)
+          else if (half_out)
             step.variant->launch_f16_out(x, ly.w.get(), reinterpret_cast<__half*>(other), s, st);
           else
             step.variant->launch(x, ly.w.get(), other, s, st);
@@ -258,7 +263,7 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
           launch();
         }
         std::swap(cur, other);
-        cur_half = step.out_f16;
+        cur_half = half_out;
         break;
       }
       case Kind::Act:

@@ -25,8 +25,9 @@
 //   - uint8 images: when the first layer's variant reads uint8 itself (launch_u8), it gets the raw images;
 //     otherwise one kernel widens them to float32 first.
 //   - The fully connected layers run in FP32 (cublasSgemm) unless set_fc_math(FcMath::TF32 or FP16) (see
-//     layers.cuh). Under FP16 a conv whose variant has launch_f16_out and whose output goes straight (through a
-//     flatten) into a fully connected layer writes it in half; any other FC input is rounded by one kernel. A
+//     layers.cuh). Under FP16 a conv whose variant has launch_f16_out (launch_u8_f16_out from the uint8 images)
+//     and whose output goes straight (through a flatten) into a fully connected layer writes it in half; any other
+//     FC input is rounded by one kernel. A
 //     network ending FC (+ activation) -> FC with a small last layer (fits_head) runs the last FC in float32 FMAs
 //     inside one head kernel with the bias, activation and argmax of the tail.
 //   - Out of device memory: when the buffers for a pass (or anything a variant allocates) do not fit, the
@@ -122,7 +123,9 @@ class GpuNetwork {
     const Layer* layer;
     const GpuConvVariant* variant = nullptr;  // conv only
     Activation fc_act = Activation::None;     // FC fused with the activation after it
-    bool out_f16 = false;  // conv: writes its output in half (launch_f16_out) for the FP16 FC layer after it
+    // conv under FcMath::FP16 whose output goes straight into an FC layer: written in half where the variant can
+    // (launch_f16_out, or launch_u8_f16_out from the uint8 images), else rounded before the GEMM
+    bool feeds_fc16 = false;
   };
   struct Plan {
     std::vector<Step> steps;

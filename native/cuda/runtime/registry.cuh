@@ -25,6 +25,9 @@ using ConvLaunchU8Fn = void (*)(const uint8_t* x, const float* k, float* y, cons
 // The same with y written in half (round to nearest): see GpuConvVariant::launch_f16_out.
 using ConvLaunchF16OutFn = void (*)(const float* x, const float* k, __half* y, const ConvShape& s,
                                     cudaStream_t stream);
+// launch_u8's input with launch_f16_out's output: see GpuConvVariant::launch_u8_f16_out.
+using ConvLaunchU8F16OutFn = void (*)(const uint8_t* x, const float* k, __half* y, const ConvShape& s,
+                                      cudaStream_t stream);
 // Returns an empty string when the shape is supported, else why not (shown to the user verbatim).
 using ConvSupportsFn = std::string (*)(const ConvShape& s);
 
@@ -61,6 +64,8 @@ struct GpuConvVariant {
   // network uses it for a conv whose output feeds a fully connected layer on the FP16 tensor cores (FcMath::FP16,
   // layers.cuh), which would round that input to half anyway: half the bytes written and read, no rounding pass.
   ConvLaunchF16OutFn launch_f16_out = nullptr;
+  // Optional: the same for launch_u8 (the uint8 images of a network's first layer in, y in half out).
+  ConvLaunchU8F16OutFn launch_u8_f16_out = nullptr;
   ConvSupportsFn supports = nullptr;  // nullptr: every valid shape
   const TunableFamily* tunable = nullptr;  // optional: its configurations, for the per-shape sweep
   // A network may capture this launcher's work once into a CUDA graph and replay it while its arguments stay
