@@ -13,10 +13,11 @@ from ..core.errors import PyconvError
 from ..core.model import Model, load_model
 from ..engines import gpu
 from ..plan import Plan, conv_sites, plan
+from .schema import REDUCED_CANDIDATES, candidate_key
 from .timing import batch_stats, host_timed, time_cuda_events
 
 # The reduced candidates measured, in this order, after final's fastest reduced plan moved a label (plan precisions).
-FALLBACK_PRECISIONS = ("reduced-fc-tf32", "tf32", "fc-tf32")
+FALLBACK_PRECISIONS = REDUCED_CANDIDATES[1:]
 
 # The pipeline shapes the end-to-end bench sweeps (the final plan's chunks and streams were chosen from it).
 PIPELINE_CHUNKS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32)
@@ -115,7 +116,7 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
         ours["differ_vs_pytorch"] = int(np.count_nonzero(predicted != torch_labels))
         entry["reduced_precision_ok"] = ours["differ_vs_pytorch"] == 0
         if not entry["reduced_precision_ok"]:
-            entry["pyconv_reduced"] = dict(ours, impls=cfg.impls, fc_math=cfg.fc_math)
+            entry[candidate_key("reduced")] = dict(ours, impls=cfg.impls, fc_math=cfg.fc_math)
             # Less rounding, step by step: the fully connected layers in TF32, TF32 alone (FP16's narrower
             # range may be what moved a label), then float32 conv layers with the fully connected layers in TF32. A
             # candidate the same as one measured already is skipped; the first that moves no label is what final
@@ -131,7 +132,7 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
                 if ours["differ_vs_pytorch"] == 0:
                     entry["reduced_precision_ok"], cfg = True, cand
                     break
-                entry["pyconv_" + precision.replace("-", "_")] = dict(ours, impls=cand.impls, fc_math=cand.fc_math)
+                entry[candidate_key(precision)] = dict(ours, impls=cand.impls, fc_math=cand.fc_math)
             if not entry["reduced_precision_ok"]:
                 cfg = final_plan(model, batch, "fp32")
                 ours, predicted = _measure_ours(model, cfg, x, xp, labels, warmup, reps, sweep=False)

@@ -75,12 +75,10 @@ def merge(ev: Evidence | None, result: BenchResult, source: str) -> Evidence | N
             # the count and variants of the configuration that decided: where reduced precision kept every label,
             # the one final runs ("pyconv", the entry's impls: a TF32-only candidate after a rejected one with FP16);
             # where it did not, the first rejected candidate ("pyconv" holds the float32 configuration run after it)
-            if e.reduced_precision_ok:
+            if e.reduced_precision_ok or e.pyconv_reduced is None:
                 candidate, impls, fc = e.pyconv, e.impls, e.fc_math
             else:
-                candidate = e.pyconv_reduced or e.pyconv
-                impls = e.pyconv_reduced.impls if e.pyconv_reduced is not None else e.impls
-                fc = e.pyconv_reduced.fc_math if e.pyconv_reduced is not None else e.fc_math
+                candidate, impls, fc = e.pyconv_reduced, e.pyconv_reduced.impls, e.pyconv_reduced.fc_math
             verdicts[e.model_digest] = Verdict(e.model, e.model_digest, bool(e.reduced_precision_ok), result.date,
                                                source, candidate.differ_vs_pytorch,
                                                tuple(impls) if impls else None, fc)

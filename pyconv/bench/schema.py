@@ -298,6 +298,15 @@ class ScalingRow(Record):
     speedup: float | None = None
 
 
+# The end-to-end bench's reduced-precision candidates (pyconv.plan precisions), in the order it measures them
+# (pyconv.bench.end_to_end), and the key of an entry that keeps a rejected one.
+REDUCED_CANDIDATES = ("reduced", "reduced-fc-tf32", "tf32", "fc-tf32")
+
+
+def candidate_key(precision: str) -> str:
+    return "pyconv_" + precision.replace("-", "_")
+
+
 @dataclass(frozen=True)
 class EndToEnd(Record):
     model: str
@@ -313,9 +322,9 @@ class EndToEnd(Record):
     pytorch: TorchEndToEnd = field(default_factory=TorchEndToEnd, metadata=_conv(TorchEndToEnd.from_dict))
     reduced_precision_ok: bool | None = None  # None: no verdict (no PyTorch to compare with)
     pyconv_reduced: Measured | None = field(default=None, metadata=_conv(Measured.from_dict))
-    # the later candidates (pyconv.bench.end_to_end.FALLBACK_PRECISIONS), where they too moved a label (the one
-    # that kept them all is "pyconv"): the reduced plan with TF32 fully connected layers; TF32 alone; float32 conv
-    # layers with TF32 fully connected layers
+    # the later candidates (REDUCED_CANDIDATES), where they too moved a label (the one that kept them all is
+    # "pyconv"): the reduced plan with TF32 fully connected layers; TF32 alone; float32 conv layers with TF32 fully
+    # connected layers
     pyconv_reduced_fc_tf32: Measured | None = field(default=None, metadata=_conv(Measured.from_dict))
     pyconv_tf32: Measured | None = field(default=None, metadata=_conv(Measured.from_dict))
     pyconv_fc_tf32: Measured | None = field(default=None, metadata=_conv(Measured.from_dict))
@@ -323,6 +332,11 @@ class EndToEnd(Record):
     multi_gpu: list[ScalingRow] = field(default_factory=list, metadata=_conv(_list_of(ScalingRow)))
     copy_floor_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))  # the uint8 batch, pinned H2D
     yardsticks: list[Yardstick] = field(default_factory=list, metadata=_conv(_list_of(Yardstick)))
+
+    @property
+    def rejected(self) -> list[Measured]:
+        """The reduced candidates that moved a label, in the order they were measured."""
+        return [r for r in (getattr(self, candidate_key(p)) for p in REDUCED_CANDIDATES) if r is not None]
 
     def pytorch_configs(self) -> list[tuple[str, TorchEndToEnd | Yardstick]]:
         """Every PyTorch configuration measured (eager float32 first, then the torch.compile ones)."""

@@ -304,8 +304,7 @@ def end_to_end_table(result: BenchResult) -> Table:
                 t.notes.append(f"{e.model} pyconv {mode[:-3]}: {s.error}")
         fc = f", FC {e.fc_math}" if e.fc_math is not None else ""
         whos = [("pyconv " + ",".join(e.impls) + fc, e.pyconv)]
-        rejected = [r for r in (e.pyconv_reduced, e.pyconv_reduced_fc_tf32, e.pyconv_tf32, e.pyconv_fc_tf32)
-                    if r is not None]
+        rejected = e.rejected
         for r in rejected:
             whos.append((f"rejected: pyconv {','.join(r.impls)}, FC {r.fc_math}", r))
         if rejected:
