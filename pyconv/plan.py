@@ -59,12 +59,17 @@ PRECISIONS = ("auto", "fp32", "reduced", "reduced-fc-tf32", "tf32", "fc-tf32")
 # parts, was 0.366 ms in 6 parts against 0.332 in 4 (more parts, more fixed costs per part): 4 on 4 stays.
 FINAL_CHUNKS = 4
 STREAMS = 4
+# Each of final's parts holds FINAL_TAPER times the images of the part before (GpuNetwork::forward): after the last
+# copy only the last part computes, so the smaller it is the sooner the pass ends.
+FINAL_TAPER = 1.0
 
 
-def pipeline(milestone: str, batch: int) -> tuple[int, int]:
-    """(chunks, streams) of a GPU run: final chunks a batch of at least 4 images per chunk; the others run it whole."""
-    chunks = FINAL_CHUNKS if milestone_key(milestone) == "final" and batch >= 4 * FINAL_CHUNKS else 1
-    return chunks, STREAMS
+def pipeline(milestone: str, batch: int) -> tuple[int, int, float]:
+    """(chunks, streams, taper) of a GPU run: final chunks a batch of at least 4 images per chunk; the others run
+    it whole."""
+    if milestone_key(milestone) == "final" and batch >= 4 * FINAL_CHUNKS:
+        return FINAL_CHUNKS, STREAMS, FINAL_TAPER
+    return 1, STREAMS, 1.0
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,7 @@ class Plan:
     precision: str = "float32"  # one line: which precision and on what evidence
     chunks: int = 1
     streams: int = STREAMS
+    taper: float = 1.0  # each part of a chunked pass holds `taper` times the images of the part before
     tuned: bool = False  # apply this GPU's tile configurations of the tunable kernel (results/tuning/) first
 
     @property
@@ -139,7 +145,10 @@ class Plan:
         """The plan in words, one line per choice."""
         out = [f"{self.milestone} on the {self.device.upper()}: {self.precision}"]
         if self.device == "gpu":
-            out.append(f"fully connected layers: {self.fc_math}; {self.chunks} chunk(s) on {self.streams} streams")
+            parts = f"{self.chunks} chunk(s) on {self.streams} streams"
+            if self.chunks > 1 and self.taper != 1:
+                parts += f", each {self.taper:g} times the one before"
+            out.append(f"fully connected layers: {self.fc_math}; {parts}")
         out += [f"{c.site.label}: {c.variant} -- {c.why}" for c in self.layers]
         return out
 
@@ -434,20 +443,22 @@ def plan(milestone: str, sites: Sequence[ConvSite], variants: Sequence[Variant],
     device = "cpu" if m == "m2" else "gpu"
     mine = [v for v in variants if v.device == device]
     batch = sites[0].B if sites else 0
-    chunks, streams = pipeline(m, batch) if device == "gpu" else (1, 1)
+    chunks, streams, taper = pipeline(m, batch) if device == "gpu" else (1, 1, 1.0)
     if impl is not None:
         choices = _impl_choices(variants, m, sites, impl, device, fallback)
-        return Plan(m, device, tuple(choices), "fp32", f"float32 (--impl {impl})", chunks, streams)
+        return Plan(m, device, tuple(choices), "fp32", f"float32 (--impl {impl})", chunks, streams, taper)
     if m in ("m2", "m3"):
         choices = [_default_choice(mine, m, s, _name(m)) for s in sites]
-        return Plan(m, device, tuple(choices), "fp32", "float32, the course's arithmetic", chunks, streams)
+        return Plan(m, device, tuple(choices), "fp32", "float32, the course's arithmetic", chunks, streams,
+                    taper)
     if m == "m4":
         return Plan(m, device, tuple(_m4_choice(mine, s) for s in sites), "fp32", "float32, the course's arithmetic",
-                    chunks, streams)
+                    chunks, streams, taper)
     if any(v.role("final").choosable for v in mine):
         d = precision_decision(evidence, model_digest, precision, variants=mine)
         choices = [_final_choice(mine, s, evidence, d.convs) for s in sites]
     else:  # nothing to choose between (a student handout): the student's variant, as milestones 2 to 4 run it
         choices = [_default_choice(mine, "final", s, "final") for s in sites]
         d = precision_decision(evidence, model_digest, precision, runs=[c.variant for c in choices], variants=mine)
-    return Plan(m, device, tuple(choices), fc_math_for(d.fc_math, choices, mine), d.why, chunks, streams, tuned=True)
+    return Plan(m, device, tuple(choices), fc_math_for(d.fc_math, choices, mine), d.why, chunks, streams, taper,
+                tuned=True)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from built_variants import CPU, GPU, GPU_VARIANTS, M3_PICK, needs, needs_m3_pick
 from gpu_helpers import (
     HAVE_GPU,
@@ -51,6 +53,36 @@ def test_without_gpu_import_works_and_use_raises_cuda_error():
         native.gpu()
     with pytest.raises(PyconvError, match="no CUDA GPU is visible"):
         GpuEngine(m)
+
+
+@requires_gpu_module
+def test_chunk_starts_split_the_batch_into_tapering_parts():
+    starts = gpu().chunk_starts
+    assert starts(10000, 4) == [0, 2500, 5000, 7500, 10000]
+    assert starts(10000, 4, 1.0) == starts(10000, 4)
+    assert starts(15, 4, 0.5) == [0, 8, 12, 14, 15]  # 8, 4, 2, 1 images
+    assert starts(3, 8) == [0, 1, 2, 3]  # no more parts than images
+    assert starts(5, 4, 0.01) == [0, 2, 3, 4, 5]  # a part never goes empty
+    assert starts(1, 1, 0.3) == [0, 1]
+    for bad in (0.0, -0.5, 1.01, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"taper must be in \(0, 1\]"):
+            starts(100, 4, bad)
+    with pytest.raises(ValueError, match="rows and chunks must be >= 1"):
+        starts(0, 4)
+    with pytest.raises(ValueError, match="rows and chunks must be >= 1"):
+        starts(10, 0)
+
+
+@requires_gpu_module
+@settings(max_examples=200, deadline=None)
+@given(rows=st.integers(1, 20000), chunks=st.integers(1, 40), taper=st.floats(0.05, 1.0))
+def test_chunk_starts_properties(rows, chunks, taper):
+    at = gpu().chunk_starts(rows, chunks, taper)
+    sizes = np.diff(at)
+    assert at[0] == 0 and at[-1] == rows and len(sizes) == min(chunks, rows) and sizes.min() >= 1
+    if sizes.min() > 1:  # no part was held at its one image: each is `taper` times the one before, within rounding
+        weights = taper ** np.arange(len(sizes))
+        np.testing.assert_allclose(sizes, rows * weights / weights.sum(), atol=1.0)
 
 
 @requires_gpu_module
@@ -496,6 +528,22 @@ def test_chunked_pass_from_pinned_memory_replays_one_graph(sp19):
     assert not other["replayed"]
     assert np.mean(other["labels"] == again["labels"]) > 0.99
     assert not any(net.forward(x, impls, chunks=5, streams=3)["replayed"] for _ in range(2))
+    # Tapering parts (each 0.6 of the one before): pinned, replayed, and from pageable memory the same parts give
+    # the same labels; against equal parts only cuBLAS's algorithm for another number of rows may differ.
+    tapered = [net.forward(xp, impls, chunks=5, streams=3, op_times=False, taper=0.6) for _ in range(3)]
+    assert [r["replayed"] for r in tapered] == [False, True, True]
+    for r in tapered:
+        np.testing.assert_array_equal(r["labels"], tapered[0]["labels"])
+    np.testing.assert_array_equal(net.forward(np.array(xp), impls, chunks=5, streams=3, taper=0.6)["labels"],
+                                  tapered[0]["labels"])
+    assert np.mean(tapered[0]["labels"] == again["labels"]) > 0.99
+    ms = net.forward_resident(x, impls, warmup=1, reps=2, chunks=5, streams=3, taper=0.6)
+    assert len(ms) == 2 and all(t > 0 for t in ms)
+    for bad in (0.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match=r"taper must be in \(0, 1\]"):
+            net.forward(xp, impls, chunks=5, streams=3, taper=bad)
+        with pytest.raises(ValueError, match=r"taper must be in \(0, 1\]"):
+            net.forward_resident(x, impls, chunks=5, streams=3, taper=bad)
 
 
 @requires_gpu

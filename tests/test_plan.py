@@ -122,8 +122,8 @@ def test_a_student_builds_final_uses_only_a_tf32_verdict_earned_with_its_own_var
                            "reduced-precision verdict for these weights (bench-e2e-x.json, 2000-01-02) ran fused, "
                            "tf32, not this build's gpu-student; `invoke bench --end-to-end` checks reduced precision "
                            "with it")
-    assert p.lines()[:2] == ["final on the GPU: " + p.precision,
-                             "fully connected layers: fp32; 4 chunk(s) on 4 streams"]
+    assert p.lines()[0] == "final on the GPU: " + p.precision
+    assert p.lines()[1].startswith("fully connected layers: fp32; 4 chunk(s) on 4 streams")
     # an evidence file written before the variants were recorded: not the student's either
     e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e-x.json", 0)
     p = plan.plan("final", SITES, student_build(), e, model_digest="d")
@@ -323,9 +323,18 @@ def test_final_on_a_gpu_with_only_the_stand_ins_evidence_says_so_and_stays_float
 
 
 def test_the_pipeline_shape():
-    assert plan.pipeline("final", 10000) == (4, 4) and plan.pipeline("final", 15) == (1, 4)
-    assert plan.pipeline("final", 16) == (4, 4)
-    assert plan.pipeline("3", 10000) == (1, 4)
+    final = (plan.FINAL_CHUNKS, plan.STREAMS, plan.FINAL_TAPER)
+    assert plan.pipeline("final", 10000) == final and plan.pipeline("final", 15) == (1, 4, 1.0)
+    assert plan.pipeline("final", 16) == final
+    assert plan.pipeline("3", 10000) == (1, 4, 1.0)
+    assert 0 < plan.FINAL_TAPER <= 1
+
+
+def test_the_plan_line_names_a_taper(monkeypatch):
+    monkeypatch.setattr(plan, "FINAL_TAPER", 0.7)
+    p = plan.plan("final", SITES, ladder())
+    assert p.taper == 0.7 and "4 chunk(s) on 4 streams, each 0.7 times the one before" in p.lines()[1]
+    assert plan.plan("4", SITES, ladder()).taper == 1.0
 
 
 def test_lines_name_every_layer_and_why():

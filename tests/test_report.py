@@ -194,6 +194,19 @@ def test_end_to_end_tables_show_fc_math_and_the_pipeline_sweep():
     assert "the final milestone prints its Op Time lines from: 1.40 ms" in md
 
 
+def test_the_pipeline_table_shows_the_taper_where_the_file_swept_it():
+    r = synthetic_result()
+    e = r["end_to_end"][0]
+    e["taper"] = 0.7
+    e["pyconv"]["pipeline"] += [{"chunks": c, "streams": 4, "taper": 0.7,
+                                 "pinned_ms": timing.batch_stats([0.5 + c / 10], 10000)} for c in (1, 4)]
+    md = report.markdown_tables(r)
+    assert "| model | streams | taper | 1 chunk | 4 chunks |" in md
+    assert "| synthetic | 2 | 1 | 3.10 | 3.40 |" in md and "| synthetic | 4 | 1 | 5.10 | 5.40 |" in md
+    assert "| synthetic | 4 | 0.7 | 0.600 | 0.900 |" in md
+    assert "final runs 4 chunks on 2 streams, each 0.7 times the one before" in md
+
+
 def test_a_whole_network_cell_is_the_model_its_column_names():
     """Two files, two models of one semester: the column keeps the model the older file showed, and the newer file
     updates the cell only with that model's time (not the other model's under the first one's name)."""

@@ -47,6 +47,11 @@ PYBIND11_MODULE(_gpu, m) {
       },
       "True when a CUDA GPU is usable from this process.");
 
+  m.def("chunk_starts", &GpuNetwork::chunk_starts, py::arg("rows"), py::arg("chunks"), py::arg("taper") = 1.0,
+        "Where each part of a chunked pass starts (GpuNetwork.forward's split): min(chunks, rows) + 1 offsets from 0\n"
+        "to rows, each part `taper` times the one before, every part at least one image. ValueError unless\n"
+        "rows, chunks >= 1 and 0 < taper <= 1. Needs no GPU.");
+
   m.def(
       "device_count",
       [] {
@@ -312,12 +317,12 @@ PYBIND11_MODULE(_gpu, m) {
       .def(
           "forward",
           [](PyNetwork& self, const py::array& images, const std::vector<std::string>& impls, int chunks,
-             int streams, bool op_times) {
+             int streams, bool op_times, double taper) {
             const InputType t = check_images(images, self.input_shape);
             ForwardResult r;
             {
               py::gil_scoped_release release;
-              r = self.net->forward(images.data(), t, images.shape(0), impls, chunks, streams, op_times);
+              r = self.net->forward(images.data(), t, images.shape(0), impls, chunks, streams, op_times, taper);
             }
             py::array_t<int32_t> labels(py::ssize_t(r.labels.size()));
             std::memcpy(labels.mutable_data(), r.labels.data(), r.labels.size() * sizeof(int32_t));
@@ -331,11 +336,12 @@ PYBIND11_MODULE(_gpu, m) {
             return d;
           },
           py::arg("images"), py::arg("impls"), py::arg("chunks") = 1, py::arg("streams") = 2,
-          py::arg("op_times") = true,
+          py::arg("op_times") = true, py::arg("taper") = 1.0,
           "Predicted labels of images[N][C][H][W] (uint8 or float32). impls: one registry variant per conv layer.\n"
           "Returns dict(labels=int32[N], op_times=[seconds per conv layer], peak_bytes, passes, rows_per_pass,\n"
           "replayed). chunks=1 times each conv as the course did (device sync, host clock, the conv, device sync);\n"
-          "chunks>1 splits the batch over `streams` streams (copies in order overlap compute) and times convs by\n"
+          "chunks>1 splits the batch over `streams` streams (copies in order overlap compute), each part `taper`\n"
+          "times the one before (0 < taper <= 1), and times convs by\n"
           "events; from pinned memory the same chunked pass the second time on is one replayed CUDA graph\n"
           "(replayed=True). op_times=False: no per-layer timing (op_times is then empty), which also takes the\n"
           "timing's own cost out of the pass.\n"
@@ -343,14 +349,14 @@ PYBIND11_MODULE(_gpu, m) {
       .def(
           "forward_resident",
           [](PyNetwork& self, const py::array& images, const std::vector<std::string>& impls, int warmup, int reps,
-             int chunks, int streams) {
+             int chunks, int streams, double taper) {
             const InputType t = check_images(images, self.input_shape);
             py::gil_scoped_release release;
             return self.net->forward_resident(images.data(), t, images.shape(0), impls, warmup, reps, chunks,
-                                              streams);
+                                              streams, taper);
           },
           py::arg("images"), py::arg("impls"), py::arg("warmup") = 2, py::arg("reps") = 10, py::arg("chunks") = 1,
-          py::arg("streams") = 1,
+          py::arg("streams") = 1, py::arg("taper") = 1.0,
           "Milliseconds per rep of the whole network with the images already on the device (CUDA events).\n"
           "chunks > 1: in parts on `streams` streams as forward runs them, without the copies.")
       .def(

@@ -19,9 +19,14 @@ from .timing import batch_stats, host_timed, time_cuda_events
 # The reduced candidates measured, in this order, after final's fastest reduced plan moved a label (plan precisions).
 FALLBACK_PRECISIONS = REDUCED_CANDIDATES[1:]
 
-# The pipeline shapes the end-to-end bench sweeps (the final plan's chunks and streams were chosen from it).
+# The pipeline shapes (chunks, streams, taper) the end-to-end bench sweeps; the final plan's were chosen from it:
+# equal parts at every chunk count on 2 and 4 streams, then tapering parts (each smaller than the one before) on 4.
 PIPELINE_CHUNKS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32)
 PIPELINE_STREAMS = (2, 4)
+PIPELINE_TAPERS = (0.9, 0.8, 0.7, 0.6, 0.5)
+TAPER_CHUNKS = (3, 4, 5, 6, 8)
+PIPELINE_SHAPES = ([(c, st, 1.0) for st in PIPELINE_STREAMS for c in PIPELINE_CHUNKS]
+                   + [(c, 4, t) for t in PIPELINE_TAPERS for c in TAPER_CHUNKS])
 
 
 def final_plan(model: Model, batch: int, precision: str) -> Plan:
@@ -36,42 +41,42 @@ def _measure_ours(model: Model, p: Plan, x: np.ndarray, xp: np.ndarray | None, l
     """One plan on the GPU engine: resident, pageable and (xp: the batch in pinned memory) pinned times,
     Correctness, peak device memory, optionally the pipeline sweep; and its predicted labels."""
     batch = len(x)
-    impls, chunks, streams = p.impls, p.chunks, p.streams
+    impls, chunks, streams, taper = p.impls, p.chunks, p.streams, p.taper
     engine = gpu.engine_for(p, model)
     net = engine.net
     ours: dict = {}
     try:
         # As final runs the batch (its chunks on its streams), the copies left out.
-        ours["resident_ms"] = batch_stats(net.forward_resident(x, impls, warmup, reps, chunks, streams), batch)
+        ours["resident_ms"] = batch_stats(net.forward_resident(x, impls, warmup, reps, chunks, streams, taper), batch)
     except ValueError as e:
         ours["resident_ms"] = {"error": str(e)}
     # From host memory the batch streams through in chunks on several streams, as the final milestone runs it.
-    times, r = host_timed(lambda: net.forward(x, impls, chunks, streams), warmup, reps)
+    times, r = host_timed(lambda: net.forward(x, impls, chunks, streams, taper=taper), warmup, reps)
     ours["pageable_ms"] = batch_stats(times, batch)
     ours["correctness"] = accuracy(r["labels"], labels)
     ours["passes"] = int(r["passes"])
     predicted = np.asarray(r["labels"])
     if xp is not None:
         # The network alone: no per-layer op-time events (each costs time of its own between the layers).
-        times, r = host_timed(lambda: net.forward(xp, impls, chunks, streams, False), warmup, reps)
+        times, r = host_timed(lambda: net.forward(xp, impls, chunks, streams, False, taper), warmup, reps)
         ours["pinned_ms"] = batch_stats(times, batch)
         ours["pinned_correctness"] = accuracy(r["labels"], labels)
         ours["peak_device_bytes"] = int(net.peak_bytes)  # before the sweep's other pipeline shapes grow buffers
         # Right after the timed calls, so the traced pass is the same replayed graph.
-        ours["pinned_trace"] = trace_pass(lambda: net.forward(xp, impls, chunks, streams, False))
+        ours["pinned_trace"] = trace_pass(lambda: net.forward(xp, impls, chunks, streams, False, taper))
         # The same with the op-time events that the final milestone prints its Op Time lines from.
-        times, _ = host_timed(lambda: net.forward(xp, impls, chunks, streams), warmup, reps)
+        times, _ = host_timed(lambda: net.forward(xp, impls, chunks, streams, taper=taper), warmup, reps)
         ours["pinned_op_times_ms"] = batch_stats(times, batch)
         if sweep:
-            # How the pipeline's shape matters: the pinned time for other chunk and stream counts (the final
-            # plan's chunks and streams, pyconv.plan.pipeline, were chosen from this sweep).
+            # How the pipeline's shape matters: the pinned time for other chunk and stream counts and tapers (the
+            # final plan's, pyconv.plan.pipeline, were chosen from this sweep).
             rows = []
-            for n_streams in PIPELINE_STREAMS:
-                for n_chunks in PIPELINE_CHUNKS:
-                    if n_chunks <= batch:
-                        times, _ = host_timed(lambda c=n_chunks, st=n_streams: net.forward(xp, impls, c, st, False),
-                                              warmup, reps)
-                        rows.append({"chunks": n_chunks, "streams": n_streams, "pinned_ms": batch_stats(times, batch)})
+            for n_chunks, n_streams, t in PIPELINE_SHAPES:
+                if n_chunks <= batch:
+                    times, _ = host_timed(
+                        lambda c=n_chunks, st=n_streams, t=t: net.forward(xp, impls, c, st, False, t), warmup, reps)
+                    rows.append({"chunks": n_chunks, "streams": n_streams, "taper": t,
+                                 "pinned_ms": batch_stats(times, batch)})
             ours["pipeline"] = rows
     else:
         ours["pinned_ms"] = {"error": "needs PyTorch to allocate pinned host memory"}
@@ -103,7 +108,7 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
     cfg = final_plan(model, batch, "fp32" if torch is None else "reduced")
     entry: dict = {"model": model.name, "arch": model.arch, "batch": batch, "model_digest": model.digest(),
                    "input": "uint8 test images (as the milestones feed them)",
-                   "chunks": cfg.chunks, "streams": cfg.streams}
+                   "chunks": cfg.chunks, "streams": cfg.streams, "taper": cfg.taper}
     xp = torch.from_numpy(x).pin_memory().numpy() if torch is not None else None  # page-locked: a direct DMA
     ours, predicted = _measure_ours(model, cfg, x, xp, labels, warmup, reps, sweep=True)
     if torch is not None:

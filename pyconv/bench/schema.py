@@ -237,6 +237,7 @@ class PipelineRow(Record):
     chunks: int
     streams: int
     pinned_ms: Stats = field(metadata=_conv(Stats.from_dict))
+    taper: float = 1.0  # each part `taper` times the one before (files before it had equal parts only)
 
 
 @dataclass(frozen=True)
@@ -317,6 +318,7 @@ class EndToEnd(Record):
     input: str = ""
     chunks: int | None = None
     streams: int | None = None
+    taper: float = 1.0  # final's parts, each `taper` times the one before (files before it: equal parts)
     impls: list[str] = field(default_factory=list)
     fc_math: str | None = None
     pytorch: TorchEndToEnd = field(default_factory=TorchEndToEnd, metadata=_conv(TorchEndToEnd.from_dict))

@@ -358,14 +358,20 @@ def pipeline_table(result: BenchResult) -> Table | None:
     if not rows:
         return None
     chunks = sorted({p.chunks for _, sweep in rows for p in sweep})
-    t = Table("Pipeline shape (pinned ms: the batch in chunks queued round-robin on streams)",
-              ["model", "streams", *[f"{c} chunk{'s' if c > 1 else ''}" for c in chunks]])
+    tapered = any(p.taper != 1 for _, sweep in rows for p in sweep)  # a column only in the files that swept it
+    t = Table("Pipeline shape (pinned ms: the batch in chunks queued round-robin on streams"
+              + (", each chunk `taper` times the one before)" if tapered else ")"),
+              ["model", "streams", *(["taper"] if tapered else []),
+               *[f"{c} chunk{'s' if c > 1 else ''}" for c in chunks]])
     for e, sweep in rows:
-        for n_streams in sorted({p.streams for p in sweep}):
-            by_chunks = {p.chunks: p.pinned_ms for p in sweep if p.streams == n_streams}
-            t.rows.append([e.model, str(n_streams), *[_ms(by_chunks.get(c)) for c in chunks]])
+        for n_streams, taper in sorted({(p.streams, p.taper) for p in sweep}, key=lambda k: (k[0], -k[1])):
+            by_chunks = {p.chunks: p.pinned_ms for p in sweep if (p.streams, p.taper) == (n_streams, taper)}
+            t.rows.append([e.model, str(n_streams), *([f"{taper:g}"] if tapered else []),
+                           *[_ms(by_chunks.get(c)) for c in chunks]])
     if rows and rows[0][0].chunks is not None:
-        t.notes.append(f"final runs {rows[0][0].chunks} chunks on {rows[0][0].streams} streams")
+        e = rows[0][0]
+        t.notes.append(f"final runs {e.chunks} chunks on {e.streams} streams"
+                       + (f", each {e.taper:g} times the one before" if e.taper != 1 else ""))
     return t
 
 

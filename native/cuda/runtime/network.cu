@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
@@ -355,13 +356,27 @@ bool is_pinned(const void* p) {
   cudaGetLastError();  // pageable memory may report an error on older runtimes: not a failure
   return ok;
 }
+void check_taper(double taper, const char* what) {
+  if (!(taper > 0 && taper <= 1))  // NaN fails too
+    throw std::invalid_argument(std::string(what) + ": taper must be in (0, 1]");
+}
 }  // namespace
 
-std::vector<int64_t> GpuNetwork::chunk_starts(int64_t rows, int chunks) {
-  const int64_t parts = std::min<int64_t>(chunks, rows), per = (rows + parts - 1) / parts;
-  std::vector<int64_t> at;
-  for (int64_t r = 0; r < rows; r += per) at.push_back(r);
-  at.push_back(rows);
+std::vector<int64_t> GpuNetwork::chunk_starts(int64_t rows, int chunks, double taper) {
+  if (rows < 1 || chunks < 1) throw std::invalid_argument("chunk_starts: rows and chunks must be >= 1");
+  check_taper(taper, "chunk_starts");
+  const int64_t parts = std::min<int64_t>(chunks, rows);
+  // Part i holds taper^i times the first part's images: part i ends at rows * (taper^0 + ... + taper^i) divided by
+  // the sum over all parts, rounded; every part keeps at least one image.
+  double total = 0;
+  for (int64_t i = 0; i < parts; ++i) total += std::pow(taper, double(i));
+  std::vector<int64_t> at{0};
+  double share = 0;
+  for (int64_t i = 0; i < parts; ++i) {
+    share += std::pow(taper, double(i));
+    const int64_t end = i + 1 == parts ? rows : std::llround(double(rows) * share / total);
+    at.push_back(std::clamp(end, at.back() + 1, rows - (parts - 1 - i)));
+  }
   return at;
 }
 
@@ -379,9 +394,9 @@ GpuNetwork::GraphKey GpuNetwork::graph_key(const Chunking& ck, const uint8_t* sr
   return k;
 }
 
-GpuNetwork::Chunking GpuNetwork::prepare_chunks(int64_t rows, int chunks, int streams, size_t in_bytes,
-                                                const Plan& plan, Timing timing) {
-  Chunking ck{chunk_starts(rows, chunks), 0, 0, in_bytes, timing};
+GpuNetwork::Chunking GpuNetwork::prepare_chunks(int64_t rows, int chunks, int streams, double taper,
+                                                size_t in_bytes, const Plan& plan, Timing timing) {
+  Chunking ck{chunk_starts(rows, chunks, taper), 0, 0, in_bytes, timing};
   ck.nchunks = int64_t(ck.at.size()) - 1;
   ck.nlanes = size_t(std::min<int64_t>(streams, ck.nchunks));
   int64_t chunk_rows = 0;
@@ -486,7 +501,8 @@ bool GpuNetwork::capturable(const Plan& plan) {
 }
 
 bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks,
-                          int streams, bool op_times, int32_t* labels_out, std::vector<double>& op_seconds) {
+                          int streams, double taper, bool op_times, int32_t* labels_out,
+                          std::vector<double>& op_seconds) {
   const int64_t in_elems = C_ * H_ * W_;
   const size_t in_bytes = size_t(in_elems) * (type == InputType::U8 ? 1 : sizeof(float));
   if (std::min<int64_t>(chunks, rows) == 1 || plan.host_input) {
@@ -504,7 +520,8 @@ bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
     CUDA_CHECK(cudaStreamSynchronize(L.stream.get()));
     return false;
   }
-  const Chunking ck = prepare_chunks(rows, chunks, streams, in_bytes, plan, op_times ? Timing::Events : Timing::None);
+  const Chunking ck =
+      prepare_chunks(rows, chunks, streams, taper, in_bytes, plan, op_times ? Timing::Events : Timing::None);
   pass_in_.resize(size_t(rows) * in_bytes);
   labels_host_.resize(size_t(rows));
   note_peak();
@@ -526,9 +543,11 @@ bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
 }
 
 ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n,
-                                  const std::vector<std::string>& impls, int chunks, int streams, bool op_times) {
+                                  const std::vector<std::string>& impls, int chunks, int streams, bool op_times,
+                                  double taper) {
   if (n < 1) throw std::invalid_argument("forward: need at least one image");
   if (chunks < 1 || streams < 1) throw std::invalid_argument("forward: chunks and streams must be >= 1");
+  check_taper(taper, "forward");
   CUDA_CHECK(cudaSetDevice(device_));
   const Plan plan = make_plan(impls);
   const size_t in_bytes = size_t(C_ * H_ * W_) * (type == InputType::U8 ? 1 : sizeof(float));
@@ -543,7 +562,7 @@ ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n,
     std::vector<double> pass_seconds(conv_count_, 0.0);  // kept only if the pass completes
     bool replayed = false;
     try {
-      replayed = run_pass(img + size_t(done) * in_bytes, type, rows, plan, chunks, streams, op_times,
+      replayed = run_pass(img + size_t(done) * in_bytes, type, rows, plan, chunks, streams, taper, op_times,
                           r.labels.data() + done, pass_seconds);
     } catch (const CudaError& e) {
       if (e.code != cudaErrorMemoryAllocation) throw;
@@ -568,9 +587,10 @@ ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n,
 
 std::vector<float> GpuNetwork::forward_resident(const void* images, InputType type, int64_t n,
                                                 const std::vector<std::string>& impls, int warmup, int reps,
-                                                int chunks, int streams) {
+                                                int chunks, int streams, double taper) {
   if (n < 1 || warmup < 0 || reps < 1) throw std::invalid_argument("forward_resident: need n >= 1, reps >= 1");
   if (chunks < 1 || streams < 1) throw std::invalid_argument("forward_resident: chunks and streams must be >= 1");
+  check_taper(taper, "forward_resident");
   CUDA_CHECK(cudaSetDevice(device_));
   const Plan plan = make_plan(impls);
   if (plan.host_input)
@@ -601,7 +621,7 @@ std::vector<float> GpuNetwork::forward_resident(const void* images, InputType ty
   }
   // The chunked pass of forward without its copies: the parts compute on the lanes side by side, a replayed graph
   // from the second rep on (as from pinned memory).
-  const Chunking ck = prepare_chunks(n, chunks, streams, in_bytes, plan, Timing::None);
+  const Chunking ck = prepare_chunks(n, chunks, streams, taper, in_bytes, plan, Timing::None);
   DeviceBuffer<uint8_t> resident(size_t(n) * in_bytes);
   note_peak(resident.bytes());
   const cudaStream_t cs = copy_stream_->get();

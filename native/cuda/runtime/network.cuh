@@ -9,12 +9,15 @@
 //     cudaDeviceSynchronize, host steady_clock, the conv launch, cudaDeviceSynchronize, host clock. For a fused
 //     variant the op time covers conv + tanh + pool.
 //   - chunks > 1 (unless the first conv's variant reads host memory itself: that pass runs whole, timed as
-//     chunks = 1): the batch is split into `chunks` parts. Their copies run back to back, in order, on a copy
-//     stream of their own into one device buffer for the pass; each part computes on one of `streams` streams
-//     (round-robin) as soon as its copy has landed. So the copy engine never waits for compute, and compute
-//     starts after the first part's copy, not the whole batch's. No device-wide synchronisation (it would
-//     serialise the streams): each conv's op time is the sum over parts of CUDA-event time around that part's
-//     conv launch, which may include time shared with the other streams' work.
+//     chunks = 1): the batch is split into `chunks` parts, each `taper` times the one before (1: equal parts).
+//     Their copies run back to back, in order, on a copy stream of their own into one device buffer for the pass;
+//     each part computes on one of `streams` streams (round-robin) as soon as its copy has landed. So the copy
+//     engine never waits for compute, and compute starts after the first part's copy, not the whole batch's. What
+//     runs after the last copy is the last part's compute: a taper below 1 makes that part the smallest, while
+//     each part's compute still fits under the next part's copy when the network computes faster than it copies.
+//     No device-wide synchronisation (it would serialise the streams): each conv's op time is the sum over parts
+//     of CUDA-event time around that part's conv launch, which may include time shared with the other streams'
+//     work.
 //   - From pinned memory, a chunked pass whose variants are all graph_capturable is captured into one CUDA graph
 //     the second time the same pass comes (same sizes, pointers, variants and FC math; the first run is plain,
 //     and warms what a variant sets up once) and replayed after: one launch on the host instead of ~10 per
@@ -82,19 +85,25 @@ class GpuNetwork {
   // op_times = false: no per-layer timing at all (no device synchronisation around each conv with one chunk, no
   // CUDA events between the layers of a chunked pass: each costs time of its own, tens of microseconds per part in
   // a replayed graph); ForwardResult::op_seconds is then empty.
+  // taper (chunks > 1): each part holds `taper` times the images of the part before (1: equal parts).
   ForwardResult forward(const void* images, InputType type, int64_t n, const std::vector<std::string>& impls,
-                        int chunks = 1, int streams = 2, bool op_times = true);
+                        int chunks = 1, int streams = 2, bool op_times = true, double taper = 1.0);
   // The images stay on the device; each rep times the whole network (conversion, every layer, argmax) by
   // CUDA events on one stream. Returns milliseconds per rep.
   // chunks > 1: the batch in parts on `streams` streams as forward runs it (the copies left out), the parts of
   // different streams computing side by side.
   std::vector<float> forward_resident(const void* images, InputType type, int64_t n,
                                       const std::vector<std::string>& impls, int warmup, int reps, int chunks = 1,
-                                      int streams = 1);
+                                      int streams = 1, double taper = 1.0);
 
   // The network's final activations out[n][classes] (one chunk, softmax skipped like in forward): the test hook
   // that checks every layer kernel against the numpy reference through small networks.
   std::vector<float> logits(const void* images, InputType type, int64_t n, const std::vector<std::string>& impls);
+
+  // Where each part of a chunked pass starts: min(chunks, rows) + 1 offsets from 0 to rows, each part `taper`
+  // times the one before (rounded; every part at least one image). invalid_argument unless rows, chunks >= 1 and
+  // 0 < taper <= 1.
+  static std::vector<int64_t> chunk_starts(int64_t rows, int chunks, double taper);
 
   // FcMath::FP16 rounds each fully connected layer's weights to half once, here (the first time it is set).
   void set_fc_math(FcMath m);
@@ -164,9 +173,7 @@ class GpuNetwork {
                         std::vector<Event>* events, const float* host_x, const uint8_t* x_u8);
   // Returns true when the pass ran as a replayed graph.
   bool run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks, int streams,
-                bool op_times, int32_t* labels_out, std::vector<double>& op_seconds);
-  // Where each part of a chunked pass starts: chunks + 1 offsets from 0 to rows.
-  static std::vector<int64_t> chunk_starts(int64_t rows, int chunks);
+                double taper, bool op_times, int32_t* labels_out, std::vector<double>& op_seconds);
   // What a captured pass depends on: when all of it is unchanged, the graph replays the same work.
   struct GraphKey {
     std::vector<const void*> ptrs;
@@ -187,7 +194,8 @@ class GpuNetwork {
   void queue_chunks(const Chunking& ck, const uint8_t* src, const uint8_t* pageable, bool on_device, InputType type,
                     const Plan& plan, int32_t* labels_dst);
   // Splits `rows` into parts and makes the lanes, their buffers, the copy stream and the events ready for them.
-  Chunking prepare_chunks(int64_t rows, int chunks, int streams, size_t in_bytes, const Plan& plan, Timing timing);
+  Chunking prepare_chunks(int64_t rows, int chunks, int streams, double taper, size_t in_bytes, const Plan& plan,
+                          Timing timing);
   // Runs queue() -- a chunked pass on copy_stream_ -- plain, or as a CUDA graph: captured the second time in a row
   // the same key comes, replayed while it stays the same. key null: never a graph. Returns true when replayed.
   bool launch_chunks(GraphKey* key, const std::function<void()>& queue);
