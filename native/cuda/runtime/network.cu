@@ -218,8 +218,9 @@ void GpuNetwork::release_activations() noexcept {
 
 const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing,
                                   std::vector<double>& op_seconds, std::vector<Event>* events, const float* host_x,
-                                  const uint8_t* x_u8) {
+                                  const uint8_t* x_u8, int32_t* labels) {
   const cudaStream_t st = L.stream.get();
+  if (!labels) labels = L.labels.get();
   float* cur = L.a.get();
   float* other = L.b.get();
   bool cur_half = false;  // cur holds half values (a conv's launch_f16_out)
@@ -279,7 +280,7 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
         if (plan.head && si + 1 == nsteps) {
           const Step& prev = plan.steps[si - 1];
           const int64_t ldh = fc_math_ == FcMath::FP16 ? fc16_rows(ly.in_c) : ly.in_c;
-          fc_head(cur, ldh, prev.layer->b.get(), prev.fc_act, ly.w.get(), ly.b.get(), other, L.labels.get(), rows,
+          fc_head(cur, ldh, prev.layer->b.get(), prev.fc_act, ly.w.get(), ly.b.get(), other, labels, rows,
                   ly.in_c, ly.out_c, st);
         } else if (fc_math_ == FcMath::FP16) {
           // half input: as the conv before wrote it, or rounded here into `other` (the GEMM then writes into cur,
@@ -312,7 +313,7 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
         break;
     }
   }
-  if (!plan.head) argmax_rows(cur, L.labels.get(), rows, plan.classes, st);
+  if (!plan.head) argmax_rows(cur, labels, rows, plan.classes, st);
   return cur;
 }
 
@@ -432,6 +433,15 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
   // the host queues the compute.
   if (!on_device && !pageable)
     for (int64_t c = 0; c < ck.nchunks; ++c) copy(c);
+  // The labels go straight from the last kernel into pinned host memory where the device can address it (mapped:
+  // every pinned allocation under unified addressing), instead of a device-to-host copy after it. The last part's
+  // copy is on the pass's critical path: on an H200 it started 8 us after the head kernel it waited for had ended
+  // and took 1.7 us more (pinned_trace in results/bench-e2e-nvidia-h200-2026-11-24-sp19-taper-sweep.json).
+  int32_t* labels_mapped = nullptr;
+  if (labels_dst && cudaHostGetDevicePointer(reinterpret_cast<void**>(&labels_mapped), labels_dst, 0) != cudaSuccess) {
+    cudaGetLastError();  // not mapped: copied after each part below
+    labels_mapped = nullptr;
+  }
   std::vector<double> unused;
   for (int64_t c = 0; c < ck.nchunks; ++c) {
     if (!on_device && pageable) copy(c);
@@ -441,8 +451,9 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
     if (!on_device) CUDA_CHECK(cudaStreamWaitEvent(st, copied_[size_t(c)].get(), 0));
     const uint8_t* part = (on_device ? src : pass_in_.get()) + size_t(r0) * ck.in_bytes;
     const StagedInput in = stage_input(L, plan, part, type, rc, true, nullptr);
-    run_lane(L, rc, plan, ck.timing, unused, &chunk_events_[size_t(c)], in.host_x, in.x_u8);
-    if (labels_dst)
+    run_lane(L, rc, plan, ck.timing, unused, &chunk_events_[size_t(c)], in.host_x, in.x_u8,
+             labels_mapped ? labels_mapped + r0 : nullptr);
+    if (labels_dst && !labels_mapped)
       CUDA_CHECK(cudaMemcpyAsync(labels_dst + r0, L.labels.get(), size_t(rc) * sizeof(int32_t),
                                  cudaMemcpyDeviceToHost, st));
   }

@@ -167,10 +167,11 @@ class GpuNetwork {
   void note_peak(size_t extra = 0);
   // Queues every step for `rows` images whose float input is in L.a (or host_x for a host-input variant, or
   // x_u8 -- raw uint8 images on the device -- when plan.u8_first and the caller skipped the widening); the labels
-  // end in L.labels and the returned pointer holds the last activations. events: 2 per conv (start, stop) when
-  // timing == Events.
+  // end in `labels` (device-addressable; null: L.labels) and the returned pointer holds the last activations.
+  // events: 2 per conv (start, stop) when timing == Events.
   const float* run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing, std::vector<double>& op_seconds,
-                        std::vector<Event>* events, const float* host_x, const uint8_t* x_u8);
+                        std::vector<Event>* events, const float* host_x, const uint8_t* x_u8,
+                        int32_t* labels = nullptr);
   // Returns true when the pass ran as a replayed graph.
   bool run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks, int streams,
                 double taper, bool op_times, int32_t* labels_out, std::vector<double>& op_seconds);
