@@ -59,13 +59,16 @@ PRECISIONS = ("auto", "fp32", "reduced", "reduced-fc-tf32", "tf32", "fc-tf32")
 # parts, was 0.366 ms in 6 parts against 0.332 in 4 (more parts, more fixed costs per part): 4 on 4 stays.
 FINAL_CHUNKS = 4
 STREAMS = 4
-# Each of final's parts holds FINAL_TAPER times the images of the part before (GpuNetwork::forward): after the last
-# copy only the last part computes, so the smaller it is the sooner the pass ends, as long as each part's compute
-# still fits under the next part's copy. On sp19 it barely does: a 2500-image part computes in ~100 us against its
-# copy's 107 (the FC layers cost twice their share at that size), so the gain is small. In
-# results/bench-e2e-nvidia-h200-2026-11-24-sp19-taper-sweep.json, 4 chunks on 4 streams: 0.583 ms at taper 1, 0.554
-# at 0.9, 0.548 at 0.8, 0.558 at 0.7, 0.592 at 0.6 (smaller last parts, but the earlier ones fall behind).
-FINAL_TAPER = 0.8
+# Each of final's parts could hold `taper` times the images of the part before (GpuNetwork::forward). Below 1 the
+# last part, the only compute after the last copy, is the smallest; but each part's compute must still fit under the
+# next part's copy, and on sp19 it barely does (a 2500-image part computes in ~100 us against its copy's 107: the FC
+# layers cost twice their share at that size), so the gain is within the noise. 4 chunks on 4 streams at taper
+# 1 / 0.9 / 0.8 / 0.7, pinned ms: 0.583 / 0.554 / 0.548 / 0.558 in
+# results/bench-e2e-nvidia-h200-2026-11-24-sp19-taper-sweep.json, 0.573 / 0.560 / 0.575 / 0.592 in -sp19-taper.json
+# (final at 0.8 there). A network that computes slower than it copies loses by it: fa17 (ece408-high) pinned 0.452 ms
+# at 0.8 (-course-high-taper.json) against 0.440 at 1 in an earlier run (-fa17-fc16.json), its larger first copy
+# delaying all compute. Equal parts stay.
+FINAL_TAPER = 1.0
 
 
 def pipeline(milestone: str, batch: int) -> tuple[int, int, float]:

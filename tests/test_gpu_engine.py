@@ -64,8 +64,10 @@ def test_chunk_starts_split_the_batch_into_tapering_parts():
     assert starts(3, 8) == [0, 1, 2, 3]  # no more parts than images
     assert starts(5, 4, 0.01) == [0, 2, 3, 4, 5]  # a part never goes empty
     assert starts(1, 1, 0.3) == [0, 1]
-    for bad in (0.0, -0.5, 1.01, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match=r"taper must be in \(0, 1\]"):
+    assert starts(15, 4, 2.0) == [0, 1, 3, 7, 15]  # 1, 2, 4, 8 images
+    assert starts(10000, 4, 4.0)[1] == 118  # 10000 / 85
+    for bad in (0.0, -0.5, 4.01, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"taper must be in \(0, 4\]"):
             starts(100, 4, bad)
     with pytest.raises(ValueError, match="rows and chunks must be >= 1"):
         starts(0, 4)
@@ -75,7 +77,7 @@ def test_chunk_starts_split_the_batch_into_tapering_parts():
 
 @requires_gpu_module
 @settings(max_examples=200, deadline=None)
-@given(rows=st.integers(1, 20000), chunks=st.integers(1, 40), taper=st.floats(0.05, 1.0))
+@given(rows=st.integers(1, 20000), chunks=st.integers(1, 40), taper=st.floats(0.05, 4.0))
 def test_chunk_starts_properties(rows, chunks, taper):
     at = gpu().chunk_starts(rows, chunks, taper)
     sizes = np.diff(at)
@@ -528,8 +530,8 @@ def test_chunked_pass_from_pinned_memory_replays_one_graph(sp19):
     assert not other["replayed"]
     assert np.mean(other["labels"] == again["labels"]) > 0.99
     assert not any(net.forward(x, impls, chunks=5, streams=3)["replayed"] for _ in range(2))
-    # Tapering parts (each 0.6 of the one before): pinned, replayed, and from pageable memory the same parts give
-    # the same labels; against equal parts only cuBLAS's algorithm for another number of rows may differ.
+    # Tapering parts (each 0.6 of the one before, or 1.6): pinned, replayed, and from pageable memory the same parts
+    # give the same labels; against equal parts only cuBLAS's algorithm for another number of rows may differ.
     tapered = [net.forward(xp, impls, chunks=5, streams=3, op_times=False, taper=0.6) for _ in range(3)]
     assert [r["replayed"] for r in tapered] == [False, True, True]
     for r in tapered:
@@ -537,12 +539,14 @@ def test_chunked_pass_from_pinned_memory_replays_one_graph(sp19):
     np.testing.assert_array_equal(net.forward(np.array(xp), impls, chunks=5, streams=3, taper=0.6)["labels"],
                                   tapered[0]["labels"])
     assert np.mean(tapered[0]["labels"] == again["labels"]) > 0.99
+    growing = net.forward(xp, impls, chunks=5, streams=3, taper=1.6)  # the first part the smallest
+    assert np.mean(growing["labels"] == tapered[0]["labels"]) > 0.99
     ms = net.forward_resident(x, impls, warmup=1, reps=2, chunks=5, streams=3, taper=0.6)
     assert len(ms) == 2 and all(t > 0 for t in ms)
-    for bad in (0.0, 1.5, float("nan")):
-        with pytest.raises(ValueError, match=r"taper must be in \(0, 1\]"):
+    for bad in (0.0, 4.5, float("nan")):
+        with pytest.raises(ValueError, match=r"taper must be in \(0, 4\]"):
             net.forward(xp, impls, chunks=5, streams=3, taper=bad)
-        with pytest.raises(ValueError, match=r"taper must be in \(0, 1\]"):
+        with pytest.raises(ValueError, match=r"taper must be in \(0, 4\]"):
             net.forward_resident(x, impls, chunks=5, streams=3, taper=bad)
 
 

@@ -50,7 +50,7 @@ PYBIND11_MODULE(_gpu, m) {
   m.def("chunk_starts", &GpuNetwork::chunk_starts, py::arg("rows"), py::arg("chunks"), py::arg("taper") = 1.0,
         "Where each part of a chunked pass starts (GpuNetwork.forward's split): min(chunks, rows) + 1 offsets from 0\n"
         "to rows, each part `taper` times the one before, every part at least one image. ValueError unless\n"
-        "rows, chunks >= 1 and 0 < taper <= 1. Needs no GPU.");
+        "rows, chunks >= 1 and 0 < taper <= 4. Needs no GPU.");
 
   m.def(
       "device_count",
@@ -341,7 +341,7 @@ PYBIND11_MODULE(_gpu, m) {
           "Returns dict(labels=int32[N], op_times=[seconds per conv layer], peak_bytes, passes, rows_per_pass,\n"
           "replayed). chunks=1 times each conv as the course did (device sync, host clock, the conv, device sync);\n"
           "chunks>1 splits the batch over `streams` streams (copies in order overlap compute), each part `taper`\n"
-          "times the one before (0 < taper <= 1), and times convs by\n"
+          "times the one before (0 < taper <= 4), and times convs by\n"
           "events; from pinned memory the same chunked pass the second time on is one replayed CUDA graph\n"
           "(replayed=True). op_times=False: no per-layer timing (op_times is then empty), which also takes the\n"
           "timing's own cost out of the pass.\n"

@@ -20,10 +20,11 @@ from .timing import batch_stats, host_timed, time_cuda_events
 FALLBACK_PRECISIONS = REDUCED_CANDIDATES[1:]
 
 # The pipeline shapes (chunks, streams, taper) the end-to-end bench sweeps; the final plan's were chosen from it:
-# equal parts at every chunk count on 2 and 4 streams, then tapering parts (each smaller than the one before) on 4.
+# equal parts at every chunk count on 2 and 4 streams, then tapering parts on 4 (each smaller than the one before,
+# or larger: a network that computes slower than it copies starts computing after a smaller first copy).
 PIPELINE_CHUNKS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32)
 PIPELINE_STREAMS = (2, 4)
-PIPELINE_TAPERS = (0.9, 0.8, 0.7, 0.6, 0.5)
+PIPELINE_TAPERS = (2.0, 1.5, 1.25, 0.9, 0.8, 0.7, 0.6, 0.5)
 TAPER_CHUNKS = (3, 4, 5, 6, 8)
 PIPELINE_SHAPES = ([(c, st, 1.0) for st in PIPELINE_STREAMS for c in PIPELINE_CHUNKS]
                    + [(c, 4, t) for t in PIPELINE_TAPERS for c in TAPER_CHUNKS])

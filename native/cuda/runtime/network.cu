@@ -357,9 +357,10 @@ bool is_pinned(const void* p) {
   cudaGetLastError();  // pageable memory may report an error on older runtimes: not a failure
   return ok;
 }
+constexpr double kMaxTaper = 4;
 void check_taper(double taper, const char* what) {
-  if (!(taper > 0 && taper <= 1))  // NaN fails too
-    throw std::invalid_argument(std::string(what) + ": taper must be in (0, 1]");
+  if (!(taper > 0 && taper <= kMaxTaper))  // NaN fails too
+    throw std::invalid_argument(std::string(what) + ": taper must be in (0, 4]");
 }
 }  // namespace
 

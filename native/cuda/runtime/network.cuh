@@ -14,7 +14,8 @@
 //     each part computes on one of `streams` streams (round-robin) as soon as its copy has landed. So the copy
 //     engine never waits for compute, and compute starts after the first part's copy, not the whole batch's. What
 //     runs after the last copy is the last part's compute: a taper below 1 makes that part the smallest, while
-//     each part's compute still fits under the next part's copy when the network computes faster than it copies.
+//     each part's compute still fits under the next part's copy when the network computes faster than it copies;
+//     a taper above 1 makes the first part, the copy nothing computes beside, the smallest.
 //     No device-wide synchronisation (it would serialise the streams): each conv's op time is the sum over parts
 //     of CUDA-event time around that part's conv launch, which may include time shared with the other streams'
 //     work.
@@ -85,7 +86,8 @@ class GpuNetwork {
   // op_times = false: no per-layer timing at all (no device synchronisation around each conv with one chunk, no
   // CUDA events between the layers of a chunked pass: each costs time of its own, tens of microseconds per part in
   // a replayed graph); ForwardResult::op_seconds is then empty.
-  // taper (chunks > 1): each part holds `taper` times the images of the part before (1: equal parts).
+  // taper (chunks > 1, 0 < taper <= 4): each part holds `taper` times the images of the part before (1: equal
+  // parts).
   ForwardResult forward(const void* images, InputType type, int64_t n, const std::vector<std::string>& impls,
                         int chunks = 1, int streams = 2, bool op_times = true, double taper = 1.0);
   // The images stay on the device; each rep times the whole network (conversion, every layer, argmax) by
@@ -102,7 +104,7 @@ class GpuNetwork {
 
   // Where each part of a chunked pass starts: min(chunks, rows) + 1 offsets from 0 to rows, each part `taper`
   // times the one before (rounded; every part at least one image). invalid_argument unless rows, chunks >= 1 and
-  // 0 < taper <= 1.
+  // 0 < taper <= 4.
   static std::vector<int64_t> chunk_starts(int64_t rows, int chunks, double taper);
 
   // FcMath::FP16 rounds each fully connected layer's weights to half once, here (the first time it is set).
