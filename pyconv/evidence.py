@@ -82,6 +82,9 @@ class Verdict:
     impls: tuple[str, ...] | None = None
     # how that configuration's fully connected layers multiplied (FC_MATHS); None: not recorded (TF32 then)
     fc_math: str | None = None
+    # the pipeline taper final runs these weights with: the same run's sweep (pyconv.bench.evidence.pipeline_taper);
+    # 1 (equal parts) where the file does not record it
+    taper: float = 1.0
 
 
 @dataclass
@@ -124,7 +127,8 @@ class Evidence:
                 "precision": [{"model": v.model, "model_digest": v.model_digest,
                                "reduced_precision_ok": v.reduced_precision_ok, "date": v.date, "source": v.source,
                                "differ_vs_pytorch": v.differ_vs_pytorch,
-                               "impls": None if v.impls is None else list(v.impls), "fc_math": v.fc_math}
+                               "impls": None if v.impls is None else list(v.impls), "fc_math": v.fc_math,
+                               "taper": v.taper}
                               for _, v in sorted(self.verdicts.items(), key=lambda kv: (kv[1].model, kv[0]))],
                 "fallback_order": list(self.fallback_order)}
 
@@ -148,10 +152,13 @@ class Evidence:
                     raise TypeError(f"precision 'fc_math' must be a string, got {fc!r}")
                 if impls is not None and not (isinstance(impls, list) and all(isinstance(n, str) for n in impls)):
                     raise TypeError(f"precision 'impls' must be a list of variant names, got {impls!r}")
+                taper = float(v.get("taper", 1.0))
+                if not 0 < taper <= 4:
+                    raise ValueError(f"precision 'taper' must be in (0, 4], got {taper!r}")
                 verdicts[str(v["model_digest"])] = Verdict(str(v["model"]), str(v["model_digest"]),
                                                            bool(v["reduced_precision_ok"]), str(v["date"]),
                                                            str(v["source"]), None if d is None else int(d),
-                                                           None if impls is None else tuple(impls), fc)
+                                                           None if impls is None else tuple(impls), fc, taper)
             return cls(gpu=str(doc["gpu"]), layers=layers, verdicts=verdicts,
                        fallback_order=tuple(str(n) for n in doc["fallback_order"]), path=path)
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:

@@ -59,15 +59,14 @@ PRECISIONS = ("auto", "fp32", "reduced", "reduced-fc-tf32", "tf32", "fc-tf32")
 # parts, was 0.366 ms in 6 parts against 0.332 in 4 (more parts, more fixed costs per part): 4 on 4 stays.
 FINAL_CHUNKS = 4
 STREAMS = 4
-# Each of final's parts could hold `taper` times the images of the part before (GpuNetwork::forward). Below 1 the
-# last part, the only compute after the last copy, is the smallest; but each part's compute must still fit under the
-# next part's copy, and on sp19 it barely does (a 2500-image part computes in ~100 us against its copy's 107: the FC
-# layers cost twice their share at that size), so the gain is within the noise. 4 chunks on 4 streams at taper
-# 1 / 0.9 / 0.8 / 0.7, pinned ms: 0.583 / 0.554 / 0.548 / 0.558 in
-# results/bench-e2e-nvidia-h200-2026-11-24-sp19-taper-sweep.json, 0.573 / 0.560 / 0.575 / 0.592 in -sp19-taper.json
-# (final at 0.8 there). A network that computes slower than it copies loses by it: fa17 (ece408-high) pinned 0.452 ms
-# at 0.8 (-course-high-taper.json) against 0.440 at 1 in an earlier run (-fa17-fc16.json), its larger first copy
-# delaying all compute. Equal parts stay.
+# Each of final's parts holds `taper` times the images of the part before (GpuNetwork::forward): 1 unless the
+# precision verdict for these weights (the end-to-end bench, pyconv.bench.evidence.pipeline_taper) found another
+# taper faster in its pipeline sweep. Below 1 the last part, the only compute after the last copy, is the smallest,
+# which helps where each part computes well under its copy's time; on sp19 a 2500-image part computes in ~100 us
+# against its copy's 107 (the FC layers cost twice their share at that size), and the sweeps put taper 0.7-0.9 within
+# the noise of 1. Above 1 the first copy, which nothing computes beside, is the smallest: fa19, which computes five
+# times slower than it copies, ran 2.49-2.52 ms at taper 2 against 2.63-2.67 at 1 (4-8 chunks on 4 streams,
+# results/bench-e2e-nvidia-h200-2026-11-24-sp19-fa17-fa19-sp18-labels.json).
 FINAL_TAPER = 1.0
 
 
@@ -154,7 +153,7 @@ class Plan:
         if self.device == "gpu":
             parts = f"{self.chunks} chunk(s) on {self.streams} streams"
             if self.chunks > 1 and self.taper != 1:
-                parts += f", each {self.taper:g} times the one before"
+                parts += f", each {self.taper:g} times the one before (the end-to-end bench's pipeline sweep)"
             out.append(f"fully connected layers: {self.fc_math}; {parts}")
         out += [f"{c.site.label}: {c.variant} -- {c.why}" for c in self.layers]
         return out
@@ -461,6 +460,9 @@ def plan(milestone: str, sites: Sequence[ConvSite], variants: Sequence[Variant],
     if m == "m4":
         return Plan(m, device, tuple(_m4_choice(mine, s) for s in sites), "fp32", "float32, the course's arithmetic",
                     chunks, streams, taper)
+    verdict = evidence.verdict(model_digest) if evidence is not None else None
+    if chunks > 1 and verdict is not None:
+        taper = verdict.taper  # what the end-to-end bench's pipeline sweep measured fastest for these weights
     if any(v.role("final").choosable for v in mine):
         d = precision_decision(evidence, model_digest, precision, variants=mine)
         choices = [_final_choice(mine, s, evidence, d.convs) for s in sites]

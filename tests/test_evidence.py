@@ -179,3 +179,41 @@ def test_the_committed_h200_evidence_is_what_the_committed_results_give(tmp_path
     assert [p.name for p in written] == ["nvidia-h200.json"]
     committed = json.loads((ROOT / "results" / "evidence" / "nvidia-h200.json").read_text())
     assert json.loads(written[0].read_text()) == committed, "run `invoke evidence` and commit the file"
+
+
+def sweep(rows):
+    """An end-to-end entry's pipeline sweep on final's 4 streams: rows {taper: [pinned ms at 3, 4, 5 chunks]}."""
+    return [{"chunks": c, "streams": 4, "taper": t, "pinned_ms": {"median": ms}}
+            for t, times in rows.items() for c, ms in zip((3, 4, 5), times, strict=True)]
+
+
+def test_a_verdict_records_the_taper_its_pipeline_sweep_found_fastest(tmp_path):
+    """The taper whose median over the chunk counts swept at every taper is lowest, where it beats equal parts by
+    TAPER_MARGIN; equal parts otherwise, and where the sweep had no tapers or the file no sweep."""
+    def entry(digest, rows, streams=4):
+        return dict(verdict(digest, True), streams=streams, pyconv={"differ_vs_pytorch": 0, "pipeline": sweep(rows)})
+
+    slow_compute = entry("fa19", {1.0: [2.76, 2.63, 2.64], 2.0: [2.57, 2.50, 2.49], 0.8: [2.75, 2.72, 2.75]})
+    within_noise = entry("sp19", {1.0: [0.572, 0.556, 0.545], 0.9: [0.583, 0.555, 0.568], 0.7: [0.550, 0.549, 0.560]})
+    only_equal = entry("eq", {1.0: [0.6, 0.5, 0.55]})
+    other_streams = entry("st", {1.0: [2.7, 2.6, 2.6], 2.0: [2.0, 2.0, 2.0]}, streams=2)  # final's streams: 2
+    no_sweep = verdict("old", True)
+    ev = build.merge(None, run("2000-01-01", e2e=[slow_compute, within_noise, only_equal, other_streams, no_sweep]),
+                     "a.json")
+    assert {d: v.taper for d, v in ev.verdicts.items()} == {"fa19": 2.0, "sp19": 1.0, "eq": 1.0, "st": 1.0,
+                                                            "old": 1.0}
+    # 0.7's median (0.550) is 1.1% under 1's (0.556): inside the margin. Past it, it is taken.
+    faster = entry("sp19", {1.0: [0.572, 0.556, 0.545], 0.7: [0.530, 0.520, 0.540]})
+    assert build.merge(None, run("2000-01-01", e2e=[faster]), "a.json").verdict("sp19").taper == 0.7
+    # the file keeps it; a file written before the field gives 1; a taper out of range is refused
+    path = evidence.save(ev, tmp_path / "g.json")
+    assert evidence.load(path).verdict("fa19").taper == 2.0
+    doc = json.loads(path.read_text())
+    for v in doc["precision"]:
+        del v["taper"]
+    path.write_text(json.dumps(doc))
+    assert all(v.taper == 1.0 for v in evidence.load(path).verdicts.values())
+    doc["precision"][0]["taper"] = 0
+    path.write_text(json.dumps(doc))
+    with pytest.raises(PyconvError, match=r"malformed.*taper' must be in \(0, 4\]"):
+        evidence.load(path)

@@ -4,6 +4,7 @@ what the milestones chose before the plan existed."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -328,6 +329,19 @@ def test_the_pipeline_shape():
     assert plan.pipeline("final", 16) == final
     assert plan.pipeline("3", 10000) == (1, 4, 1.0)
     assert 0 < plan.FINAL_TAPER <= 1
+
+
+def test_final_takes_the_taper_of_the_verdict_for_its_weights():
+    e = ev(conv1=[("fused", 0.2)], conv2=[("direct", 0.3)])
+    e.verdicts["d"] = Verdict("m", "d", False, "2000-01-02", "bench-e2e-x.json", 2, taper=2.0)
+    p = plan.plan("final", SITES, ladder(), e, model_digest="d")
+    assert p.taper == 2.0 and p.chunks == 4
+    assert ("4 chunk(s) on 4 streams, each 2 times the one before (the end-to-end bench's pipeline sweep)"
+            in p.lines()[1])
+    assert plan.plan("final", SITES, ladder(), e, model_digest="other").taper == plan.FINAL_TAPER  # no verdict
+    assert plan.plan("4", SITES, ladder(), e, model_digest="d").taper == 1.0  # final only
+    few = [dataclasses.replace(s, B=8) for s in SITES]  # a batch run whole: no parts to taper
+    assert plan.plan("final", few, ladder(), e, model_digest="d").taper == 1.0
 
 
 def test_the_plan_line_names_a_taper(monkeypatch):

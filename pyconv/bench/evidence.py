@@ -47,6 +47,31 @@ def fallback_order(layers) -> tuple[str, ...]:
     return tuple(sorted(logs, key=lambda n: sum(logs[n]) / len(logs[n])))
 
 
+# A taper must beat equal parts by this much (median over the chunk counts swept at both) for final to take it: the
+# sweep's rows are single medians with ~0.01-0.02 ms of run-to-run noise on sp19 (results/bench-e2e-nvidia-h200-
+# 2026-11-24-sp19-taper-sweep.json, -sp19-taper.json and -sp19-fa17-fa19-sp18-labels.json, the same shapes three times).
+TAPER_MARGIN = 0.03
+
+
+def pipeline_taper(e: schema.EndToEnd) -> float:
+    """The taper final runs these weights with: of the tapers the end-to-end bench swept on final's streams, the one
+    whose median pinned time over the chunk counts swept at every taper is the lowest, where it beats equal parts
+    (taper 1) by TAPER_MARGIN; else 1."""
+    rows = [r for r in e.pyconv.pipeline if r.streams == e.streams and r.pinned_ms and r.pinned_ms.median]
+    tapers = {r.taper for r in rows}
+    if 1.0 not in tapers or len(tapers) < 2:
+        return 1.0
+    chunks = set.intersection(*({r.chunks for r in rows if r.taper == t} for t in tapers))
+    if not chunks:
+        return 1.0
+    def median(t: float) -> float:
+        ms = sorted(r.pinned_ms.median for r in rows if r.taper == t and r.chunks in chunks)
+        return (ms[(len(ms) - 1) // 2] + ms[len(ms) // 2]) / 2
+
+    best = min(sorted(tapers), key=median)
+    return best if median(best) < (1 - TAPER_MARGIN) * median(1.0) else 1.0
+
+
 def merge(ev: Evidence | None, result: BenchResult, source: str) -> Evidence | None:
     """`ev` with this run's measurements: a shape's ranking replaced by a newer run that measured every variant,
     or updated variant by variant by a run limited with --variants; a model's precision verdict replaced by a newer
@@ -81,7 +106,7 @@ def merge(ev: Evidence | None, result: BenchResult, source: str) -> Evidence | N
                 candidate, impls, fc = e.pyconv_reduced, e.pyconv_reduced.impls, e.pyconv_reduced.fc_math
             verdicts[e.model_digest] = Verdict(e.model, e.model_digest, bool(e.reduced_precision_ok), result.date,
                                                source, candidate.differ_vs_pytorch,
-                                               tuple(impls) if impls else None, fc)
+                                               tuple(impls) if impls else None, fc, pipeline_taper(e))
     return Evidence(gpu=ev.gpu, layers=layers, verdicts=verdicts, fallback_order=fallback_order(layers.values()),
                     path=ev.path)
 
