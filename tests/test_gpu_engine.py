@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from built_variants import CPU, GPU, GPU_VARIANTS, M3_PICK, needs, needs_m3_pick
 from gpu_helpers import (
     HAVE_GPU,
@@ -20,6 +18,8 @@ from gpu_helpers import (
     requires_gpu,
     requires_gpu_module,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from student_variants import skip_if_unstarted
 
 from pyconv import verify
