@@ -639,7 +639,7 @@ def test_end_to_end_tries_less_rounding_after_a_candidate_moved_a_label(monkeypa
              "tf32": (["fused", "tf"], "tf32"), "fc-tf32": (["fused", "exact"], "tf32"),
              "fp32": (["fused", "exact"], "fp32")}
     moved = {"reduced": 1, "fp32": 0, **moves}
-    measured = []
+    measured, swept = [], []
 
     def final_plan(model, batch, precision):
         impls, fc = plans[precision]
@@ -648,6 +648,7 @@ def test_end_to_end_tries_less_rounding_after_a_candidate_moved_a_label(monkeypa
 
     def measure_ours(model, cfg, x, xp, labels_, warmup, reps, sweep):
         measured.append(cfg.precision)
+        swept.append(sweep)
         predicted = torch_labels.copy()
         predicted[:moved[cfg.precision]] += 1
         return {"pinned_ms": {"median": 1.0}}, predicted
@@ -670,6 +671,7 @@ def test_end_to_end_tries_less_rounding_after_a_candidate_moved_a_label(monkeypa
     assert entry["pyconv_reduced"]["impls"] == plans["reduced"][0] and entry["pyconv_reduced"]["differ_vs_pytorch"] == 1
     assert entry["pyconv_reduced"]["fc_math"] == plans["reduced"][1]
     assert measured == tries
+    assert swept[-1]  # the configuration kept carries the pipeline sweep its taper comes from
     kept = tries[-1]
     assert entry["reduced_precision_ok"] is (kept != "fp32")
     assert (entry["impls"], entry["fc_math"]) == plans[kept]

@@ -133,7 +133,8 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
                 if any(c.impls == cand.impls and c.fc_math == cand.fc_math for c in tried):
                     continue
                 tried.append(cand)
-                ours, predicted = _measure_ours(model, cand, x, xp, labels, warmup, reps, sweep=False)
+                # swept too: the configuration final keeps is the one whose sweep picks its taper (evidence)
+                ours, predicted = _measure_ours(model, cand, x, xp, labels, warmup, reps, sweep=True)
                 ours["differ_vs_pytorch"] = int(np.count_nonzero(predicted != torch_labels))
                 if ours["differ_vs_pytorch"] == 0:
                     entry["reduced_precision_ok"], cfg = True, cand
@@ -141,7 +142,7 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
                 entry[candidate_key(precision)] = dict(ours, impls=cand.impls, fc_math=cand.fc_math)
             if not entry["reduced_precision_ok"]:
                 cfg = final_plan(model, batch, "fp32")
-                ours, predicted = _measure_ours(model, cfg, x, xp, labels, warmup, reps, sweep=False)
+                ours, predicted = _measure_ours(model, cfg, x, xp, labels, warmup, reps, sweep=True)
                 ours["differ_vs_pytorch"] = int(np.count_nonzero(predicted != torch_labels))
     else:
         entry["pytorch"] = {"error": "PyTorch with CUDA is not installed: no baseline"}
