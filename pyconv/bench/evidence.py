@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from pathlib import Path
 
 from ..core import paths
@@ -64,9 +65,9 @@ def pipeline_taper(e: schema.EndToEnd) -> float:
     chunks = set.intersection(*({r.chunks for r in rows if r.taper == t} for t in tapers))
     if not chunks:
         return 1.0
+
     def median(t: float) -> float:
-        ms = sorted(r.pinned_ms.median for r in rows if r.taper == t and r.chunks in chunks)
-        return (ms[(len(ms) - 1) // 2] + ms[len(ms) // 2]) / 2
+        return statistics.median(r.pinned_ms.median for r in rows if r.taper == t and r.chunks in chunks)
 
     best = min(sorted(tapers), key=median)
     return best if median(best) < (1 - TAPER_MARGIN) * median(1.0) else 1.0
