@@ -145,8 +145,9 @@ def test_step_16_supports_what_step_15_supports():
         assert a.replace("gpu-fused-warp-specialised", "gpu-fused-pipelined").endswith(b[b.find(" "):] if b else "")
 
 
-# --- Step 19 (gpu-split-f16-fused): what is specific to the split-FP16 tensor-core kernel --------------------------
+# --- Steps 19 and 24 (gpu-split-f16-fused, gpu-split-f16-pool-window): the split-FP16 tensor-core first layers ----
 SPLIT = "gpu-split-f16-fused"
+SPLIT_FIRST = [name for name in (SPLIT, "gpu-split-f16-pool-window") if name in fused_variants()] or [SPLIT]
 requires_split = pytest.mark.skipif(_gpu is None or SPLIT not in fused_variants(), reason=f"{SPLIT} not built")
 
 # (B, H, W, M, K): every K it takes (its pair layout differs per K), odd conv outputs in both directions (the pool
@@ -164,16 +165,17 @@ SPLIT_SHAPES = [
 @requires_gpu
 @requires_split
 @pytest.mark.gpu
-def test_split_f16_every_kernel_size_and_odd_shape():
+@pytest.mark.parametrize("name", SPLIT_FIRST)
+def test_split_f16_every_kernel_size_and_odd_shape(name):
     """float32 input (three MMAs per k-step) against the reference at every K <= 7 and odd pooled edges; the
     tolerance is float32's: the split operands are FP32-accurate."""
-    g, v = gpu(), descriptor(SPLIT)
+    g, v = gpu(), descriptor(name)
     rng = np.random.default_rng(SEED + 19)
     for B, H, W, M, K in SPLIT_SHAPES:
-        assert g.why_unsupported(SPLIT, B, 1, H, W, M, K) == "", (B, H, W, M, K)
+        assert g.why_unsupported(name, B, 1, H, W, M, K) == "", (B, H, W, M, K)
         x = verify.random_nonzero(rng, (B, 1, H, W))
         k = verify.random_nonzero(rng, (M, 1, K, K))
-        y = g.conv(SPLIT, x, k)
+        y = g.conv(name, x, k)
         ok, msg = close(y, verify.expected(x, k, "tanh-maxpool2"), *verify.tolerance(v["rtol"], 1, K))
         assert ok, f"B={B} H={H} W={W} M={M} K={K}: {msg}"
 
@@ -183,7 +185,8 @@ def test_split_f16_every_kernel_size_and_odd_shape():
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(48, 48, 6, 5), (28, 28, 50, 5), (70, 70, 12, 5), (21, 23, 12, 5),
                                    (17, 25, 5, 5), (12, 13, 4, 3), (11, 10, 9, 7), (20, 19, 16, 6)])
-def test_split_f16_uint8_path(shape):
+@pytest.mark.parametrize("name", SPLIT_FIRST)
+def test_split_f16_uint8_path(name, shape):
     """The network's uint8 path (launch_u8: pixels exact in one half, two MMAs per k-step) at several sizes, K and
     M, odd ones included, against the float reference, and equal within rounding to the float32 path."""
     H, W, M, K = shape
@@ -191,25 +194,26 @@ def test_split_f16_uint8_path(shape):
     model = first_layer_net(H, W, M, rng, K)
     net = network_of(model)
     x = rng.integers(0, 256, (1500, 1, H, W), dtype=np.uint8)  # several images per persistent block
-    got = net.logits(x, [SPLIT])
+    got = net.logits(x, [name])
     a = reference.tanh_maxpool2(reference.conv2d(x.astype(np.float32), model.layers[0].weight)).reshape(len(x), -1)
     assert 0.02 < np.abs(a).mean() < 0.98  # the tanh neither flat nor saturated: the logits see the conv
     ref = reference.fully_connected(a, model.layers[-1].weight, model.layers[-1].bias)
     flat = a.shape[1]
     ok, msg = close(got, ref, 1e-4, 1e-5 * np.sqrt(flat))
     assert ok, f"{shape} uint8: {msg}"
-    ok, msg = close(net.logits(x.astype(np.float32), [SPLIT]), got, 1e-4, 1e-5 * np.sqrt(flat))
+    ok, msg = close(net.logits(x.astype(np.float32), [name]), got, 1e-4, 1e-5 * np.sqrt(flat))
     assert ok, f"{shape} float32 vs uint8: {msg}"
 
 
 @requires_gpu
 @requires_split
 @pytest.mark.gpu
-def test_split_f16_beyond_fp16_range_gives_nan():
+@pytest.mark.parametrize("name", SPLIT_FIRST)
+def test_split_f16_beyond_fp16_range_gives_nan(name):
     """The documented contract: a value past fp16's range (|v| >= 65520) makes every pooled output it reaches NaN,
     never a finite wrong number; every other output is still right. A pixel reaches the pooled outputs whose 2x2
     window of conv outputs overlaps its K x K neighbourhood; a weight reaches its whole filter."""
-    g, v = gpu(), descriptor(SPLIT)
+    g, v = gpu(), descriptor(name)
     rng = np.random.default_rng(SEED + 21)
     B, H, W, M, K = 3, 20, 22, 6, 5
     x = verify.random_nonzero(rng, (B, 1, H, W))
@@ -225,11 +229,11 @@ def test_split_f16_beyond_fp16_range_gives_nan():
         for pr in range(Hp):
             for pc in range(Wp):
                 reach[b, :, pr, pc] = 2 * pr <= r <= 2 * pr + K and 2 * pc <= c <= 2 * pc + K
-    y = g.conv(SPLIT, x, k)
+    y = g.conv(name, x, k)
     assert np.isnan(y[reach]).all()
     ok, msg = close(np.where(reach, 0.0, y), np.where(reach, 0.0, ref), *verify.tolerance(v["rtol"], 1, K))
     assert ok, msg
-    y = g.conv(SPLIT, x[:1], big_k)
+    y = g.conv(name, x[:1], big_k)
     assert np.isnan(y[0, 4]).all()
     keep = [m for m in range(M) if m != 4]
     ok, msg = close(y[0, keep], verify.expected(x[:1], k, "tanh-maxpool2")[0, keep],
@@ -239,15 +243,16 @@ def test_split_f16_beyond_fp16_range_gives_nan():
 
 @requires_gpu_module
 @requires_split
-def test_split_f16_refusals_say_why():
+@pytest.mark.parametrize("name", SPLIT_FIRST)
+def test_split_f16_refusals_say_why(name):
     """supports() is host code (no GPU needed): what the kernel takes, and one line naming the variant and the
     reason for each shape it does not."""
     g = gpu()
     for B, C, H, W, M, K in [(2, 1, 48, 48, 6, 5), (2, 1, 28, 28, 50, 5), (1, 1, 70, 70, 12, 5),
                              (1, 1, 72, 72, 12, 7), (1, 1, 6, 6, 64, 5), (1, 1, 2, 2, 1, 1)]:
-        assert g.why_unsupported(SPLIT, B, C, H, W, M, K) == "", (H, W, M, K)
+        assert g.why_unsupported(name, B, C, H, W, M, K) == "", (H, W, M, K)
     for (B, C, H, W, M, K), why in [((1, 6, 22, 22, 16, 5), "C must be 1"), ((1, 1, 20, 20, 6, 9), "K up to 7"),
                                     ((1, 1, 28, 28, 65, 5), "M up to 64"), ((1, 1, 5, 9, 6, 5), "2x2"),
                                     ((1, 1, 200, 200, 6, 5), "shared memory")]:
-        msg = g.why_unsupported(SPLIT, B, C, H, W, M, K)
-        assert msg.startswith(SPLIT) and why in msg and "\n" not in msg, msg
+        msg = g.why_unsupported(name, B, C, H, W, M, K)
+        assert msg.startswith(name) and why in msg and "\n" not in msg, msg

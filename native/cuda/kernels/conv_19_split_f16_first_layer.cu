@@ -91,6 +91,7 @@
 #include <type_traits>
 
 #include "cuda/kernels/fast_div.cuh"
+#include "cuda/kernels/first_layer.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/mma_f16.cuh"
 #include "cuda/runtime/registry.cuh"
@@ -98,12 +99,13 @@
 namespace pyconv {
 namespace {
 
+using namespace first_layer;
+
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxK = 7;
 constexpr int kMaxM = 64;                   // 8 n-tiles of weight fragments in shared memory
 constexpr size_t kSmemBudget = 227 * 1024;  // sm_90's opt-in shared memory per block: what supports() assumes
-constexpr float kTwoLog2e = 2.8853900817779268f;  // 2 * log2(e): tanh(x) = 1 - 2 / (1 + 2^(kTwoLog2e * x))
 
 // The pair columns of kernel size K (see the header): P pairs per kernel row, RC columns of four slots, KS k-steps.
 template <int K>
@@ -153,59 +155,6 @@ struct Params {
   FastDiv units_div, hw;  // by units, Hp * Wp
 };
 
-__device__ __forceinline__ float max_nan(float a, float b) {
-  float r;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
-
-// The same formula as step 16: tanh(x) from z = 2*log2(e)*x as 1 - 2 / (1 + 2^z); +-inf give +-1, NaN gives NaN.
-__device__ __forceinline__ float tanh_from_scaled(float z) {
-  float e, r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(z));
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e + 1.0f));
-  return fmaf(r, -2.0f, 1.0f);
-}
-
-// D = A B (no accumulator input: the zero C operand is the RZ register, so no accumulator is zeroed per tile).
-__device__ __forceinline__ void mma_f16_first(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                              uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
-}
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
-
-// A fragment load: 32 bits at a shared-window address plus an immediate offset (bytes).
-template <int OFF>
-__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.b32 %0, [%1+%2];\n" : "=r"(v) : "r"(addr), "n"(OFF) : "memory");
-  return v;
-}
-
-// Queues the copy of one raw image into a raw slot: cp.async pieces, or plain loads where the image is not whole
-// 4-byte words at 4-byte aligned addresses (uint8 images of odd sizes).
-__device__ __forceinline__ void fetch_image(unsigned char* dst, const unsigned char* src, const Params& p) {
-  const int piece = p.piece;
-  if (piece == 0) {
-    for (int i = threadIdx.x; i < p.img_bytes; i += kThreads) dst[i] = __ldg(src + i);
-    return;
-  }
-  for (int i = threadIdx.x; i < p.img_bytes / piece; i += kThreads) {
-    const unsigned d = smem_addr(dst + size_t(i) * piece);
-    const unsigned char* s = src + size_t(i) * piece;
-    if (piece == 16)
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(s) : "memory");
-    else if (piece == 8)
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(d), "l"(s) : "memory");
-    else
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(s) : "memory");
-  }
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
 // Raw image -> the E/O copies. A unit (row r, u) reads pixels 4u .. 4u+4 (zero past the right edge) and writes
 // entries 2u and 2u+1 of copy E (pairs (4u, 4u+1), (4u+2, 4u+3)) and of copy O ((4u+1, 4u+2), (4u+3, 4u+4)).
 template <typename TIn>
@@ -240,32 +189,6 @@ __device__ __forceinline__ void split_image(const unsigned char* raw, uint32_t* 
       for (int e = 0; e < 5; ++e) h[e] = __float2half_rn(v[e]);  // 0..255: exact
       ent[0] = make_uint2(pack_half2(h[0], h[1]), pack_half2(h[2], h[3]));
       ent[copy] = make_uint2(pack_half2(h[1], h[2]), pack_half2(h[3], h[4]));
-    }
-  }
-}
-
-// The staged pooled image [M][plane] -> y[b][M][Hp][Wp], coalesced. TOut = __half (launch_u8_f16_out): each
-// value rounded to nearest as it leaves, four in one 8-byte store.
-template <typename TOut>
-__device__ __forceinline__ void write_out(const float* stage, TOut* __restrict__ y, long long b, const Params& p) {
-  TOut* yo = y + size_t(b) * size_t(p.out_per_img);
-  const int hw = int(p.hw.d);
-  if (p.vec_out) {  // Hp * Wp % 4 == 0: a float4 never crosses planes
-    for (int i = threadIdx.x; i < p.out_per_img / 4; i += kThreads) {
-      const int n = int(p.hw.div(uint32_t(4 * i)));
-      const float4 v = *reinterpret_cast<const float4*>(stage + n * p.plane + (4 * i - n * hw));
-      if constexpr (std::is_same_v<TOut, __half>) {
-        const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
-        reinterpret_cast<uint2*>(yo)[i] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo),
-                                                     *reinterpret_cast<const uint32_t*>(&hi));
-      } else {
-        reinterpret_cast<float4*>(yo)[i] = v;
-      }
-    }
-  } else {
-    for (int i = threadIdx.x; i < p.out_per_img; i += kThreads) {
-      const int n = int(p.hw.div(uint32_t(i)));
-      yo[i] = TOut(stage[n * p.plane + (i - n * hw)]);
     }
   }
 }
@@ -333,7 +256,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const unsigned char* xb = reinterpret_cast<const unsigned char*>(x);
 
   long long b = blockIdx.x;
-  if (b < p.B) fetch_image(raw, xb + size_t(b) * p.img_bytes, p);  // the first image flies during the setup
+  // The first image flies during the setup.
+  if (b < p.B) fetch_image(raw, xb + size_t(b) * p.img_bytes, p.img_bytes, p.piece);
 
   // Weight fragments: lane (g, t) of n-tile nt, k-step ks holds filter 8 nt + g, slots t of columns 2ks, 2ks+1.
   for (int i = tid; i < p.ntiles * KS * 32; i += kThreads) {
@@ -408,9 +332,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     __syncthreads();  // raw image b is in; the last image's m-tiles (split, stage) are done
     const long long next = b + gridDim.x;
-    if (next < p.B) fetch_image(raw + (buf ^ 1) * p.raw_stride, xb + size_t(next) * p.img_bytes, p);
+    if (next < p.B)
+      fetch_image(raw + (buf ^ 1) * p.raw_stride, xb + size_t(next) * p.img_bytes, p.img_bytes, p.piece);
     split_image<TIn>(raw + buf * p.raw_stride, split, p);
-    if (b >= gridDim.x) write_out(stage, y, b - gridDim.x, p);
+    if (b >= gridDim.x) write_out(stage, y, b - gridDim.x, p.out_per_img, p.hw, p.plane, p.vec_out);
     __syncthreads();  // the copies are in; the stage is free
     if (one_ntile) {
 #pragma unroll
@@ -446,7 +371,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();  // the last image's stage is complete
   const long long last = b - gridDim.x;
-  if (last >= 0 && last < p.B) write_out(stage, y, last, p);
+  if (last >= 0 && last < p.B) write_out(stage, y, last, p.out_per_img, p.hw, p.plane, p.vec_out);
 }
 
 template <typename TIn, typename TOut>
@@ -514,13 +439,7 @@ void launch(const TIn* x, const float* k, TOut* y, const ConvShape& s, cudaStrea
   const std::string why = layout(s, sizeof(TIn), p, smem);
   if (!why.empty()) throw std::invalid_argument(why);
   if (s.B <= 0) return;
-  const uintptr_t xa = reinterpret_cast<uintptr_t>(x);
-  p.piece = 0;
-  for (int piece : {16, 8, 4})
-    if (p.img_bytes % piece == 0 && xa % piece == 0) {
-      p.piece = piece;
-      break;
-    }
+  p.piece = fetch_piece(p.img_bytes, x);
   p.vec_out = (p.Hp * p.Wp) % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
 
   int dev = 0, sms = 0, optin = 0;
