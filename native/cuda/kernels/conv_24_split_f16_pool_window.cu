@@ -29,8 +29,14 @@
 //   the next raw image fetched with cp.async during the current one, pooled values staged per filter plane (plane
 //   = 4 mod 32 floats: the 8 filters x 4 pooled columns of an m-tile hit 32 different banks) and written out
 //   coalesced after the next barrier.
-// Precision contract: as step 19 (mma_f16.cuh): FP32-accurate, |x| and |w| below fp16's overflow; a value beyond
-// it reaches its outputs as NaN, never as a quietly wrong finite number.
+// - The weights are scaled by a power of two 2^s so the largest lies in [2^14, 2^15) (exact), and split into hi and
+//   lo halves of that one scale: whi * x and wlo * x add in ONE accumulator (from uint8, 4 MMAs per m-tile and no
+//   combine step); 2^-s is folded into the tanh's argument. Float input adds the pixels' lo halves (x.lo scaled by
+//   2^11, mma_f16.cuh) in a second accumulator, combined before the pool.
+// Precision contract: FP32-accurate (held to the float32 tolerance): the products are exact and summed in float32;
+// weights of any finite size (the scale brings them into fp16's range), pixels below fp16's overflow (65504; uint8
+// pixels are exact). A pixel beyond it reaches its outputs as NaN, never as a quietly wrong finite number (for even
+// K the pair rows read one image row past a window, against zero weights, so it reaches one more pooled row).
 // Supports C = 1, K <= 7, Ho and Wo >= 2, M <= 64 (filter groups past the first read their weights from shared
 // memory), an image and its staging within shared memory.
 // Predicted before measuring (H200, sp19 conv1 from uint8, batch 10000): ~28 SASS instructions per m-tile (4
@@ -155,38 +161,46 @@ struct WFrag {
   uint4 hi, lo;
 };
 
-// The MMAs of one m-tile and filter group, and the epilogue: combine, pool in-lane, tanh, stage.
+// The MMAs of one m-tile and filter group, and the epilogue: pool in-lane, tanh, stage. The weights are scaled by
+// 2^s (see the kernel) and their lo halves are not scaled apart, so whi * x and wlo * x add in ONE accumulator
+// (uint8 input: no combine step); float input adds the pixels' lo halves (scaled by 2^11, mma_f16.cuh) in a second
+// one. `zscale` = 2 * log2(e) * 2^-s undoes the weights' scale inside the tanh (max commutes with a positive scale).
 template <int K, typename TIn>
 __device__ __forceinline__ void tile_group(const uint32_t (&bh)[2 * Win<K>::KS], const uint32_t (&bl)[2 * Win<K>::KS],
-                                           const WFrag (&w)[Win<K>::KS], bool store, uint32_t st) {
+                                           const WFrag (&w)[Win<K>::KS], bool store, uint32_t st, float zscale) {
   constexpr int KS = Win<K>::KS;
   constexpr bool kFloat = sizeof(TIn) == 4;
   float acc[4], cor[4];
 #pragma unroll
   for (int ks = 0; ks < KS; ++ks) {
     const uint32_t b0 = bh[2 * ks], b1 = bh[2 * ks + 1];
-    if (ks == 0) {
+    if (ks == 0)
       mma_f16_first(acc, w[ks].hi.x, w[ks].hi.y, w[ks].hi.z, w[ks].hi.w, b0, b1);
-      mma_f16_first(cor, w[ks].lo.x, w[ks].lo.y, w[ks].lo.z, w[ks].lo.w, b0, b1);
-    } else {
+    else
       mma_f16(acc, w[ks].hi.x, w[ks].hi.y, w[ks].hi.z, w[ks].hi.w, b0, b1);
-      mma_f16(cor, w[ks].lo.x, w[ks].lo.y, w[ks].lo.z, w[ks].lo.w, b0, b1);
+    mma_f16(acc, w[ks].lo.x, w[ks].lo.y, w[ks].lo.z, w[ks].lo.w, b0, b1);
+    if constexpr (kFloat) {
+      if (ks == 0)
+        mma_f16_first(cor, w[ks].hi.x, w[ks].hi.y, w[ks].hi.z, w[ks].hi.w, bl[0], bl[1]);
+      else
+        mma_f16(cor, w[ks].hi.x, w[ks].hi.y, w[ks].hi.z, w[ks].hi.w, bl[2 * ks], bl[2 * ks + 1]);
     }
-    if constexpr (kFloat) mma_f16(cor, w[ks].hi.x, w[ks].hi.y, w[ks].hi.z, w[ks].hi.w, bl[2 * ks], bl[2 * ks + 1]);
   }
-  float v[4];
+  if constexpr (kFloat) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] = fmaf(cor[i], kSplitUnscale, acc[i]);
-  const float m = max_nan(max_nan(v[0], v[1]), max_nan(v[2], v[3]));
+    for (int i = 0; i < 4; ++i) acc[i] = fmaf(cor[i], kSplitUnscale, acc[i]);
+  }
+  const float m = max_nan(max_nan(acc[0], acc[1]), max_nan(acc[2], acc[3]));
   if (store) {
-    const float out = tanh_from_scaled(kTwoLog2e * m);
+    const float out = tanh_from_scaled(zscale * m);
     asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(st), "f"(out) : "memory");
   }
 }
 
-// __launch_bounds__(256, 3): up to 80 registers, so three blocks of 8 warps share an SM where shared memory allows.
+// __launch_bounds__: K <= 5 at most 64 registers (4 blocks of 8 warps per SM; sp19 from uint8 uses 54), K = 6, 7 at
+// most 80 (their 4 k-steps of weights in registers spill under 64; -Xptxas -v, CUDA 13, sm_90).
 template <int K, typename TIn, typename TOut>
-__global__ void __launch_bounds__(kThreads, 3)
+__global__ void __launch_bounds__(kThreads, K <= 5 ? 4 : 3)
     conv24_kernel(const TIn* __restrict__ x, const float* __restrict__ k, TOut* __restrict__ y, Params p) {
   using W_ = Win<K>;
   constexpr int KS = W_::KS, P = W_::P, QA = W_::QA, NA = W_::P * W_::QA;
@@ -207,6 +221,25 @@ __global__ void __launch_bounds__(kThreads, 3)
   // The first image flies during the setup.
   if (b < p.B) fetch_image(raw, xb + size_t(b) * p.img_bytes, p.img_bytes, p.piece);
 
+  // The layer's scale 2^s, s = 15 - e for max |w| = f * 2^e (f in [0.5, 1)): the largest scaled weight lies in
+  // [2^14, 2^15), inside fp16's range, and the lo half of every weight down to max |w| * 2^-17 stays a normal half,
+  // so hi and lo need no scale of their own. Not finite or zero: s = 0 (a NaN or inf weight still reaches its
+  // outputs as NaN). Weights of any finite magnitude then fit (step 19 needs |w| < 65504).
+  __shared__ unsigned s_wmax;
+  if (tid == 0) s_wmax = 0u;
+  __syncthreads();
+  {
+    unsigned mx = 0u;
+    for (int i = tid; i < p.M * K * K; i += kThreads) mx = max(mx, __float_as_uint(fabsf(__ldg(k + i))));
+    atomicMax(&s_wmax, mx);
+  }
+  __syncthreads();
+  int e2 = 0;
+  const float wmax = __uint_as_float(s_wmax);
+  const int scale_exp = isfinite(wmax) && wmax > 0.0f ? (frexpf(wmax, &e2), min(max(15 - e2, -100), 100)) : 0;
+  const float wscale = ldexpf(1.0f, scale_exp);
+  const float zscale = kTwoLog2e * ldexpf(1.0f, -scale_exp);
+
   // Weight fragments: lane (g, t) of group grp, k-step ks: a0 = row g (filter 8 grp + g, dy 0) at slot 2 ks,
   // a1 = row g + 8 (dy 1) at slot 2 ks, a2 / a3 the same at slot 2 ks + 1; each register the pair's two rows.
   for (int i = tid; i < p.groups * KS * 32; i += kThreads) {
@@ -221,11 +254,13 @@ __global__ void __launch_bounds__(kThreads, 3)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int ky = 2 * pr.p + e - dy;
-        if (pr.valid && m < p.M && ky >= 0 && ky < K) w[e] = __ldg(k + (size_t(m) * K + ky) * K + pr.kx);
+        if (pr.valid && m < p.M && ky >= 0 && ky < K) w[e] = __ldg(k + (size_t(m) * K + ky) * K + pr.kx) * wscale;
       }
-      const uint2 s = split_f16x2(w[0], w[1]);
-      hi[r] = s.x;
-      lo[r] = s.y;
+      const __half2 h = __floats2half2_rn(w[0], w[1]);
+      const float2 hf = __half22float2(h);
+      const __half2 rest = __floats2half2_rn(w[0] - hf.x, w[1] - hf.y);
+      hi[r] = *reinterpret_cast<const uint32_t*>(&h);
+      lo[r] = *reinterpret_cast<const uint32_t*>(&rest);
     }
     s_w[i] = {make_uint4(hi[0], hi[1], hi[2], hi[3]), make_uint4(lo[0], lo[1], lo[2], lo[3])};
   }
@@ -247,7 +282,9 @@ __global__ void __launch_bounds__(kThreads, 3)
       if (j < NA) {
         a = baseA + origin + uint32_t(p.rowb[j / (QA > 0 ? QA : 1)]) + 16u * uint32_t(j % (QA > 0 ? QA : 1));
       } else {
-        a = baseB + origin + 4u * uint32_t(4 * QA + (j - NA < W_::RB ? j - NA : 0));
+        // A padded slot (zero weights) reads column 0: every entry it may touch is written (0 * garbage could be
+        // NaN).
+        a = baseB + origin + 4u * uint32_t(j - NA < W_::RB ? 4 * QA + (j - NA) : 0);
       }
       bh[j] = lds32<0>(a);
       if constexpr (kFloat) bl[j] = lds32<0>(a + uint32_t(p.copy_bytes));
@@ -287,7 +324,7 @@ __global__ void __launch_bounds__(kThreads, 3)
         const int4 e = s_tab[mt];
         uint32_t bh[2 * KS], bl[2 * KS];
         load_b(bh, bl, uint32_t(e.x));
-        tile_group<K, TIn>(bh, bl, w1, lane_filter && e.z < pc_lim, st_lane + 4u * uint32_t(e.y));
+        tile_group<K, TIn>(bh, bl, w1, lane_filter && e.z < pc_lim, st_lane + 4u * uint32_t(e.y), zscale);
       }
     } else {
 #pragma unroll 1
@@ -302,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, 3)
           WFrag w[KS];
 #pragma unroll
           for (int ks = 0; ks < KS; ++ks) w[ks] = s_w[(grp * KS + ks) * 32 + lane];
-          tile_group<K, TIn>(bh, bl, w, col && 8 * grp + g < p.M, st);
+          tile_group<K, TIn>(bh, bl, w, col && 8 * grp + g < p.M, st, zscale);
         }
       }
     }
@@ -353,7 +390,7 @@ std::string layout(const ConvShape& s, size_t elt, Params& p, size_t& smem) {
   p.w_off = int(off); off += size_t(p.groups) * ksteps(K) * 32 * sizeof(WFrag);
   p.raw_off = int(off); off += 2 * size_t(p.raw_stride);
   p.copy_off = int(off); off += size_t(p.copy_bytes) * (f32 ? 2 : 1);
-  p.stage_off = int(off); off += size_t(p.groups) * 8 * p.plane * 4;  // whole groups: idle filters store nowhere
+  p.stage_off = int(off); off += size_t(p.M) * p.plane * 4;  // lanes of filters past M store nothing
   p.tab_off = int(off); off += size_t(p.n_mtiles) * 16;
   smem = off;
   if (smem > kSmemBudget)
