@@ -124,7 +124,7 @@ struct Params {
   int plane;        // staging floats per filter: Hp * Wp rounded up to 4 mod 32
   int vec_out;      // 1: a pooled plane is whole float4s and y is 16-byte aligned
   int rowb[4];      // bytes from pair row 0 to pair row p of the copy: 4 * p * pitch
-  int w_off, raw_off, copy_off, stage_off, tab_off;  // shared memory layout, bytes
+  int w_off, raw_off, copy_off, stage_off, tab_off, max_off;  // shared memory layout, bytes
   FastDiv hw, cols_div;  // by Hp * Wp, by cols
 };
 
@@ -225,17 +225,18 @@ __global__ void __launch_bounds__(kThreads, K <= 5 ? 4 : 3)
   // [2^14, 2^15), inside fp16's range, and the lo half of every weight down to max |w| * 2^-17 stays a normal half,
   // so hi and lo need no scale of their own. Not finite or zero: s = 0 (a NaN or inf weight still reaches its
   // outputs as NaN). Weights of any finite magnitude then fit (step 19 needs |w| < 65504).
-  __shared__ unsigned s_wmax;
-  if (tid == 0) s_wmax = 0u;
+  // (In the dynamic shared memory: a static __shared__ variable would take from the opt-in size the launch sets.)
+  unsigned* s_wmax = reinterpret_cast<unsigned*>(base + p.max_off);
+  if (tid == 0) *s_wmax = 0u;
   __syncthreads();
   {
     unsigned mx = 0u;
     for (int i = tid; i < p.M * K * K; i += kThreads) mx = max(mx, __float_as_uint(fabsf(__ldg(k + i))));
-    atomicMax(&s_wmax, mx);
+    atomicMax(s_wmax, mx);
   }
   __syncthreads();
   int e2 = 0;
-  const float wmax = __uint_as_float(s_wmax);
+  const float wmax = __uint_as_float(*s_wmax);
   const int scale_exp = isfinite(wmax) && wmax > 0.0f ? (frexpf(wmax, &e2), min(max(15 - e2, -100), 100)) : 0;
   const float wscale = ldexpf(1.0f, scale_exp);
   const float zscale = kTwoLog2e * ldexpf(1.0f, -scale_exp);
@@ -392,6 +393,7 @@ std::string layout(const ConvShape& s, size_t elt, Params& p, size_t& smem) {
   p.copy_off = int(off); off += size_t(p.copy_bytes) * (f32 ? 2 : 1);
   p.stage_off = int(off); off += size_t(p.M) * p.plane * 4;  // lanes of filters past M store nothing
   p.tab_off = int(off); off += size_t(p.n_mtiles) * 16;
+  p.max_off = int(off); off += 16;
   smem = off;
   if (smem > kSmemBudget)
     return name + "an image and its pooled output need " + std::to_string(smem / 1024) + " KB of shared memory, over " +
