@@ -125,14 +125,41 @@ struct Params {
   int vec_out;      // 1: a pooled plane is whole float4s and y is 16-byte aligned
   int rowb[4];      // bytes from pair row 0 to pair row p of the copy: 4 * p * pitch
   int w_off, raw_off, copy_off, stage_off, tab_off, max_off;  // shared memory layout, bytes
-  FastDiv hw, cols_div;  // by Hp * Wp, by cols
+  int quads;             // uint8 input with W % 4 == 0: 4-column units per pair-copy row (ceil(cols / 4)), else 0
+  FastDiv hw, cols_div, quads_div;  // by Hp * Wp, by cols, by quads
 };
 
 // Raw image -> the pair copy: entry (r, c) = {img[2r][c], img[2r + 1][c]} for r < RV, c < cols (zero outside the
 // image). uint8 pixels become exact halves with the 1024-bias trick: 0x6400 | v is the half 1024 + v (v < 256),
 // so a PRMT, a LOP3 and one HADD2 make two halves. Float pixels are split into hi and lo planes (mma_f16.cuh).
+// Two uint8 pixels -> the half2 {a, b}: 0x6400 | v is the half 1024 + v (v < 256), less 1024, both exact.
+__device__ __forceinline__ uint32_t u8_pair_to_half2(uint32_t biased) {
+  const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&biased), __floats2half2_rn(1024.0f, 1024.0f));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
 template <typename TIn>
 __device__ __forceinline__ void build_pairs(const unsigned char* raw, uint32_t* copy, const Params& p) {
+  if constexpr (sizeof(TIn) == 1) {
+    if (p.quads) {  // W % 4 == 0: four columns of both rows per thread, two 32-bit loads, one 16-byte store
+      const int n = p.RV * p.quads;
+      for (int i = threadIdx.x; i < n; i += kThreads) {
+        const int r = int(p.quads_div.div(uint32_t(i))), u = i - r * p.quads, y = 2 * r, c = 4 * u;
+        const bool in_c = c < p.W;
+        const uint32_t a = in_c && y < p.H ? *reinterpret_cast<const uint32_t*>(raw + y * p.W + c) : 0u;
+        const uint32_t b = in_c && y + 1 < p.H ? *reinterpret_cast<const uint32_t*>(raw + (y + 1) * p.W + c) : 0u;
+        // Interleave the rows' bytes (a0 b0 a1 b1, a2 b2 a3 b3), then put 0x64 above each byte.
+        const uint32_t t01 = __byte_perm(a, b, 0x5140), t23 = __byte_perm(a, b, 0x7362);
+        constexpr uint32_t kBias = 0x64646464u;
+        *reinterpret_cast<uint4*>(copy + r * p.pitch + c) =
+            make_uint4(u8_pair_to_half2(__byte_perm(t01, kBias, 0x4140)),
+                       u8_pair_to_half2(__byte_perm(t01, kBias, 0x4342)),
+                       u8_pair_to_half2(__byte_perm(t23, kBias, 0x4140)),
+                       u8_pair_to_half2(__byte_perm(t23, kBias, 0x4342)));
+      }
+      return;
+    }
+  }
   const int n = p.RV * p.cols;
   for (int i = threadIdx.x; i < n; i += kThreads) {
     const int r = int(p.cols_div.div(uint32_t(i))), c = i - r * p.cols;
@@ -149,9 +176,7 @@ __device__ __forceinline__ void build_pairs(const unsigned char* raw, uint32_t* 
     } else {
       const uint32_t a = in_c && y < p.H ? raw[y * p.W + c] : 0u;
       const uint32_t b = in_c && y + 1 < p.H ? raw[(y + 1) * p.W + c] : 0u;
-      const uint32_t biased = a | (b << 16) | 0x64006400u;
-      const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&biased), __floats2half2_rn(1024.0f, 1024.0f));
-      dst[0] = *reinterpret_cast<const uint32_t*>(&h);
+      dst[0] = u8_pair_to_half2(a | (b << 16) | 0x64006400u);
     }
   }
 }
@@ -400,6 +425,9 @@ std::string layout(const ConvShape& s, size_t elt, Params& p, size_t& smem) {
            std::to_string(kSmemBudget / 1024) + " KB";
   p.hw = FastDiv(uint32_t(p.Hp * p.Wp));
   p.cols_div = FastDiv(uint32_t(p.cols));
+  // The pitch is a multiple of 4 >= cols, so whole units fit a row; W % 4 == 0 keeps every row's words aligned.
+  p.quads = !f32 && p.W % 4 == 0 ? (p.cols + 3) / 4 : 0;
+  p.quads_div = FastDiv(uint32_t(std::max(p.quads, 1)));
   return "";
 }
 
