@@ -44,6 +44,15 @@
 // of split and write-out = ~4,300 warp instructions per image, x 10,000 / (132 SMs x 4 schedulers x ~1.9 GHz) =
 // 0.045 ms at full issue, ~0.07 ms at step 19's 68% issue, under the 0.10 ms goal if the MMAs keep up (4 HMMA
 // per m-tile, as in step 19).
+// Measured: results/bench-nvidia-h200-2026-11-24-step24.json (`invoke bench`, NVBench, H200; step 19 in the same
+// run): from uint8 images sp19 conv1 0.111 ms (step 19: 0.161), sp18 0.184 (0.270); from float32 0.163 (0.199).
+// The m-tile loop is 33 SASS instructions (cuobjdump, sm_90; 4 of them NOPs between the dependent MMAs), not 28,
+// and Nsight Compute (sp19 from uint8, the first version of this file: 35 per m-tile) found it latency-bound, not
+// pipe-bound: issue slots 65% busy, 10.2 cycles between a warp's instructions, ALU the busiest pipe at 31.5%,
+// 4 blocks of 8 warps per SM (56 registers and shared memory both limit it: 50% theoretical occupancy). Before the
+// four-column pair copy it measured 0.122 ms. With more than one filter group it loses to step 19 (fa17, M = 50:
+// 0.393 ms against 0.264; fa19, M = 12: 1.03 against 0.885): each group reloads 4 x 16 bytes of A fragments per
+// lane, where step 19's B fragments are half that. final takes whichever measured faster per shape.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
