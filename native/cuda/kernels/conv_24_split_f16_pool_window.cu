@@ -57,6 +57,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -226,7 +227,7 @@ __device__ __forceinline__ void tile_group(const uint32_t (&bh)[2 * Win<K>::KS],
   }
   const float m = max_nan(max_nan(acc[0], acc[1]), max_nan(acc[2], acc[3]));
   if (store) {
-    const float out = tanh_from_scaled(zscale * m);
+    const float out = tanh_from_scaled_fma(zscale, m);
     asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(st), "f"(out) : "memory");
   }
 }
@@ -354,12 +355,19 @@ __global__ void __launch_bounds__(kThreads, K <= 5 ? 4 : 3)
     __syncthreads();  // the copy is in; the stage is free
 
     if (one_group) {
+      // Two m-tiles (mt, mt + 8) per iteration: their MMA chains interleave, filling the issue slots a single
+      // chain leaves to NOPs between dependent MMAs, and the loop's own instructions are shared. Where the warp
+      // has one m-tile left, the second repeats the first and stores nothing.
+      const int one_pc_lim = lane_filter ? pc_lim : INT_MIN;
 #pragma unroll 1
-      for (int mt = warp; mt < p.n_mtiles; mt += kWarps) {
-        const int4 e = s_tab[mt];
-        uint32_t bh[2 * KS], bl[2 * KS];
+      for (int mt = warp; mt < p.n_mtiles; mt += 2 * kWarps) {
+        const bool two = mt + kWarps < p.n_mtiles;
+        const int4 e = s_tab[mt], f = s_tab[two ? mt + kWarps : mt];
+        uint32_t bh[2 * KS], bl[2 * KS], ch[2 * KS], cl[2 * KS];
         load_b(bh, bl, uint32_t(e.x));
-        tile_group<K, TIn>(bh, bl, w1, lane_filter && e.z < pc_lim, st_lane + 4u * uint32_t(e.y), zscale);
+        load_b(ch, cl, uint32_t(f.x));
+        tile_group<K, TIn>(bh, bl, w1, e.z < one_pc_lim, st_lane + 4u * uint32_t(e.y), zscale);
+        tile_group<K, TIn>(ch, cl, w1, two && f.z < one_pc_lim, st_lane + 4u * uint32_t(f.y), zscale);
       }
     } else {
 #pragma unroll 1

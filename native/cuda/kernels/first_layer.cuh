@@ -29,6 +29,16 @@ __device__ __forceinline__ float tanh_from_scaled(float z) {
   return fmaf(r, -2.0f, 1.0f);
 }
 
+// tanh(x) for z = zs * m = 2*log2(e)*x, the same formula with its constants moved so that each instruction has
+// one immediate: 2^(z - 1) from one FFMA, then 1 - 1 / (2^(z - 1) + 0.5) = 1 - 2 / (1 + 2^z). (The form above
+// needs the -2 of its last FMA in a register, which nvcc re-materialises in every m-tile.)
+__device__ __forceinline__ float tanh_from_scaled_fma(float zs, float m) {
+  float e, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fmaf(zs, m, -1.0f)));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e + 0.5f));
+  return 1.0f - r;
+}
+
 // D = A B (no accumulator input: the zero C operand is the RZ register, so no accumulator is zeroed per tile).
 __device__ __forceinline__ void mma_f16_first(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                               uint32_t b0, uint32_t b1) {
