@@ -122,6 +122,7 @@ struct Params {
   int H, W, M, Hp, Wp;
   int NX;           // m-tiles per output row pair: ceil(2 * Wp / 8)
   int n_mtiles;     // Hp * NX
+  int n_vtiles;     // vertical pairs of m-tiles (output rows 4r .. 4r + 3): ceil(Hp / 2) * NX
   int groups;       // filter groups of 8: ceil(M / 8)
   int RV;           // rows of the pair copy: Hp + P - 1
   int cols;         // entries per pair-copy row that lanes read: 8 * NX + K - 1
@@ -133,8 +134,9 @@ struct Params {
   int out_per_img;  // M * Hp * Wp
   int plane;        // staging floats per filter: Hp * Wp rounded up to 4 mod 32
   int vec_out;      // 1: a pooled plane is whole float4s and y is 16-byte aligned
-  int rowb[4];      // bytes from pair row 0 to pair row p of the copy: 4 * p * pitch
-  int w_off, raw_off, copy_off, stage_off, tab_off, max_off;  // shared memory layout, bytes
+  int rowb[5];      // bytes from pair row 0 to pair row p of the copy: 4 * p * pitch
+  int wp4;          // bytes from a pooled row to the next in the staging: 4 * Wp
+  int w_off, raw_off, copy_off, stage_off, tab_off, vtab_off, max_off;  // shared memory layout, bytes
   int quads;             // uint8 input with W % 4 == 0: 4-column units per pair-copy row (ceil(cols / 4)), else 0
   FastDiv hw, cols_div, quads_div;  // by Hp * Wp, by cols, by quads
 };
@@ -249,6 +251,9 @@ __global__ void __launch_bounds__(kThreads, K <= 5 ? 4 : 3)
   // m-tile -> {origin in the pair copy (bytes), its pooled outputs' offset in a staged plane, its first pooled
   // column}: one LDS.128 per m-tile instead of index arithmetic.
   int4* s_tab = reinterpret_cast<int4*>(base + p.tab_off);
+  // Vertical pairs of m-tiles (one filter group): {the upper one's origin, its staging offset, the first pooled
+  // column, the same column for the lower one or INT_MAX where Hp is odd and it does not exist}.
+  int4* s_vtab = reinterpret_cast<int4*>(base + p.vtab_off);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const unsigned char* xb = reinterpret_cast<const unsigned char*>(x);
 
@@ -305,6 +310,10 @@ __global__ void __launch_bounds__(kThreads, K <= 5 ? 4 : 3)
     const int pr = i / p.NX, xg = i - pr * p.NX;
     s_tab[i] = make_int4(4 * (pr * p.pitch + 8 * xg), pr * p.Wp + 4 * xg, 4 * xg, 0);
   }
+  for (int i = tid; i < p.n_vtiles; i += kThreads) {
+    const int pr = 2 * (i / p.NX), xg = i % p.NX;
+    s_vtab[i] = make_int4(4 * (pr * p.pitch + 8 * xg), pr * p.Wp + 4 * xg, 4 * xg, pr + 1 < p.Hp ? 4 * xg : INT_MAX);
+  }
 
   // This lane's load bases (shared-window bytes, relative to an m-tile's origin): form A at pixel column g + t,
   // form B at pair row t (clamped: a padded lane reads a real pair against zero weights) and column g.
@@ -324,6 +333,28 @@ __global__ void __launch_bounds__(kThreads, K <= 5 ? 4 : 3)
       }
       bh[j] = lds32<0>(a);
       if constexpr (kFloat) bl[j] = lds32<0>(a + uint32_t(p.copy_bytes));
+    }
+  };
+  // The B fragments of the m-tile one pair row below (output rows y0 + 2, y0 + 3), from the upper one's: its
+  // form-A slot (p, q) is the upper one's (p + 1, q) while p + 1 < P; the rest are loaded a pair row further.
+  auto load_b_below = [&](uint32_t (&ch)[2 * KS], uint32_t (&cl)[2 * KS], const uint32_t (&bh)[2 * KS],
+                          const uint32_t (&bl)[2 * KS], uint32_t origin) {
+    constexpr int Q1 = QA > 0 ? QA : 1;
+#pragma unroll
+    for (int j = 0; j < 2 * KS; ++j) {
+      uint32_t a;
+      if (j < NA) {
+        if (j / Q1 + 1 < P) {
+          ch[j] = bh[j + Q1];
+          if constexpr (kFloat) cl[j] = bl[j + Q1];
+          continue;
+        }
+        a = baseA + origin + uint32_t(p.rowb[j / Q1 + 1]) + 16u * uint32_t(j % Q1);
+      } else {
+        a = baseB + origin + uint32_t(p.rowb[1]) + 4u * uint32_t(j - NA < W_::RB ? 4 * QA + (j - NA) : 0);
+      }
+      ch[j] = lds32<0>(a);
+      if constexpr (kFloat) cl[j] = lds32<0>(a + uint32_t(p.copy_bytes));
     }
   };
   // This lane's staged output: filter g of a group, pooled column t of an m-tile (it exists while the m-tile's
@@ -355,19 +386,20 @@ __global__ void __launch_bounds__(kThreads, K <= 5 ? 4 : 3)
     __syncthreads();  // the copy is in; the stage is free
 
     if (one_group) {
-      // Two m-tiles (mt, mt + 8) per iteration: their MMA chains interleave, filling the issue slots a single
-      // chain leaves to NOPs between dependent MMAs, and the loop's own instructions are shared. Where the warp
-      // has one m-tile left, the second repeats the first and stores nothing.
+      // Two vertically adjacent m-tiles per iteration: their MMA chains interleave, filling the issue slots a
+      // single chain leaves to NOPs between dependent MMAs; the lower one takes P - 1 of its form-A B registers
+      // from the upper one's; the loop's own instructions are shared. Where Hp is odd the last lower m-tile does
+      // not exist: it reads the zero row past the image and stores nothing.
       const int one_pc_lim = lane_filter ? pc_lim : INT_MIN;
 #pragma unroll 1
-      for (int mt = warp; mt < p.n_mtiles; mt += 2 * kWarps) {
-        const bool two = mt + kWarps < p.n_mtiles;
-        const int4 e = s_tab[mt], f = s_tab[two ? mt + kWarps : mt];
+      for (int vt = warp; vt < p.n_vtiles; vt += kWarps) {
+        const int4 e = s_vtab[vt];
         uint32_t bh[2 * KS], bl[2 * KS], ch[2 * KS], cl[2 * KS];
         load_b(bh, bl, uint32_t(e.x));
-        load_b(ch, cl, uint32_t(f.x));
-        tile_group<K, TIn>(bh, bl, w1, e.z < one_pc_lim, st_lane + 4u * uint32_t(e.y), zscale);
-        tile_group<K, TIn>(ch, cl, w1, two && f.z < one_pc_lim, st_lane + 4u * uint32_t(f.y), zscale);
+        load_b_below(ch, cl, bh, bl, uint32_t(e.x));
+        const uint32_t st = st_lane + 4u * uint32_t(e.y);
+        tile_group<K, TIn>(bh, bl, w1, e.z < one_pc_lim, st, zscale);
+        tile_group<K, TIn>(ch, cl, w1, e.w < one_pc_lim, st + uint32_t(p.wp4), zscale);
       }
     } else {
 #pragma unroll 1
@@ -419,10 +451,12 @@ std::string layout(const ConvShape& s, size_t elt, Params& p, size_t& smem) {
   p.NX = (2 * p.Wp + 7) / 8;
   p.n_mtiles = p.Hp * p.NX;
   p.groups = (p.M + 7) / 8;
-  p.RV = p.Hp + P - 1;
+  p.RV = p.Hp + P - 1 + (p.Hp & 1);  // odd Hp: one more (zero) row for the last vertical pair's missing half
   p.cols = 8 * p.NX + K - 1;
   p.pitch = up_to_residue(p.cols, 8, 16);
-  for (int r = 0; r < 4; ++r) p.rowb[r] = 4 * r * p.pitch;
+  for (int r = 0; r < 5; ++r) p.rowb[r] = 4 * r * p.pitch;
+  p.wp4 = 4 * p.Wp;
+  p.n_vtiles = (p.Hp + 1) / 2 * p.NX;
   const bool f32 = elt == 4;
   p.copy_bytes = round_up(p.RV * p.pitch * 4, 128);
   p.img_bytes = int(s.H * s.W * int64_t(elt));
@@ -435,6 +469,7 @@ std::string layout(const ConvShape& s, size_t elt, Params& p, size_t& smem) {
   p.copy_off = int(off); off += size_t(p.copy_bytes) * (f32 ? 2 : 1);
   p.stage_off = int(off); off += size_t(p.M) * p.plane * 4;  // lanes of filters past M store nothing
   p.tab_off = int(off); off += size_t(p.n_mtiles) * 16;
+  p.vtab_off = int(off); off += size_t(p.n_vtiles) * 16;
   p.max_off = int(off); off += 16;
   smem = off;
   if (smem > kSmemBudget)
