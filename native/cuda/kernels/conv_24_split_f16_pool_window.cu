@@ -44,15 +44,19 @@
 // of split and write-out = ~4,300 warp instructions per image, x 10,000 / (132 SMs x 4 schedulers x ~1.9 GHz) =
 // 0.045 ms at full issue, ~0.07 ms at step 19's 68% issue, under the 0.10 ms goal if the MMAs keep up (4 HMMA
 // per m-tile, as in step 19).
-// Measured: results/bench-nvidia-h200-2026-11-24-step24.json (`invoke bench`, NVBench, H200; step 19 in the same
-// run): from uint8 images sp19 conv1 0.111 ms (step 19: 0.161), sp18 0.184 (0.270); from float32 0.163 (0.199).
-// The m-tile loop is 33 SASS instructions (cuobjdump, sm_90; 4 of them NOPs between the dependent MMAs), not 28,
-// and Nsight Compute (sp19 from uint8, the first version of this file: 35 per m-tile) found it latency-bound, not
-// pipe-bound: issue slots 65% busy, 10.2 cycles between a warp's instructions, ALU the busiest pipe at 31.5%,
-// 4 blocks of 8 warps per SM (56 registers and shared memory both limit it: 50% theoretical occupancy). Before the
-// four-column pair copy it measured 0.122 ms. With more than one filter group it loses to step 19 (fa17, M = 50:
-// 0.393 ms against 0.264; fa19, M = 12: 1.03 against 0.885): each group reloads 4 x 16 bytes of A fragments per
-// lane, where step 19's B fragments are half that. final takes whichever measured faster per shape.
+// Measured (`invoke bench`, NVBench, H200; step 19 in the same run each time), sp19 conv1 from uint8 images:
+// - results/bench-nvidia-h200-2026-11-24-step24.json: 0.111 ms against step 19's 0.161 (sp18: 0.184 against 0.270;
+//   from float32 images 0.163 against 0.199). The m-tile loop was 33 SASS instructions (cuobjdump, sm_90; 4 of
+//   them NOPs between the dependent MMAs), not the 28 predicted; Nsight Compute (an earlier form, 35 per m-tile)
+//   found it latency-bound, not pipe-bound: issue slots 65% busy, 10.2 cycles between a warp's instructions, ALU
+//   the busiest pipe at 31.5%, 4 blocks of 8 warps per SM (registers and shared memory: 50% occupancy).
+// - results/bench-nvidia-h200-2026-11-24-step24-pairs.json: 0.105 ms with two m-tiles per iteration (29 per
+//   m-tile: the two MMA chains interleave, the loop's own instructions are shared).
+// - results/bench-nvidia-h200-2026-11-24-step24-vpairs.json: 0.0973 ms (sp18: 0.159) with the two m-tiles
+//   vertically adjacent (25 per m-tile: the lower one takes 2 of its 4 pixel registers from the upper one).
+// With more than one filter group it loses to step 19 (fa17, M = 50: 0.393 ms against 0.264; fa19, M = 12: 1.03
+// against 0.885, -step24.json): each group reloads 4 x 16 bytes of A fragments per lane, where step 19's B
+// fragments are half that. final takes whichever measured faster per shape.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -234,8 +238,9 @@ __device__ __forceinline__ void tile_group(const uint32_t (&bh)[2 * Win<K>::KS],
   }
 }
 
-// __launch_bounds__: K <= 5 at most 64 registers (4 blocks of 8 warps per SM; sp19 from uint8 uses 54), K = 6, 7 at
-// most 80 (their 4 k-steps of weights in registers spill under 64; -Xptxas -v, CUDA 13, sm_90).
+// __launch_bounds__: K <= 5 at most 64 registers (4 blocks of 8 warps per SM; sp19 from uint8 uses 56), K = 6, 7 at
+// most 80 (their 4 k-steps of weights in registers spill under 64; -Xptxas -v, CUDA 13, sm_90). K = 3 from float32
+// spills 8 bytes under 64 (no course network has it).
 template <int K, typename TIn, typename TOut>
 __global__ void __launch_bounds__(kThreads, K <= 5 ? 4 : 3)
     conv24_kernel(const TIn* __restrict__ x, const float* __restrict__ k, TOut* __restrict__ y, Params p) {
