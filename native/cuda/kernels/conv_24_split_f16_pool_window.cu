@@ -63,11 +63,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 
 #include "cuda/kernels/fast_div.cuh"
 #include "cuda/kernels/first_layer.cuh"
@@ -498,31 +495,8 @@ void launch(const TIn* x, const float* k, TOut* y, const ConvShape& s, cudaStrea
   p.piece = fetch_piece(p.img_bytes, x);
   p.vec_out = (p.Hp * p.Wp) % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
 
-  int dev = 0, sms = 0, optin = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (smem > size_t(optin))
-    throw std::invalid_argument("gpu-split-f16-pool-window: needs " + std::to_string(smem) +
-                                " bytes of shared memory per block, this GPU allows " + std::to_string(optin));
-  const void* kernel = kernel_for<TIn, TOut>(int(s.K));
-  static std::mutex mu;
-  static std::map<std::tuple<const void*, int>, bool> configured;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    bool& done = configured[{kernel, dev}];
-    if (!done) {
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-      done = true;
-    }
-  }
-  int per_sm = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-  if (per_sm < 1) throw std::invalid_argument("gpu-split-f16-pool-window: the block does not fit on an SM");
-  const long long blocks = std::min<long long>(s.B, (long long)sms * per_sm);
   void* args[] = {&x, &k, &y, &p};
-  CUDA_CHECK(cudaLaunchKernel(kernel, dim3(unsigned(blocks)), dim3(kThreads), args, smem, st));
-  CUDA_CHECK_LAUNCH();
+  launch_persistent(kernel_for<TIn, TOut>(int(s.K)), "gpu-split-f16-pool-window", kThreads, smem, s.B, args, st);
 }
 
 }  // namespace

@@ -5,10 +5,17 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <tuple>
 #include <type_traits>
 
 #include "cuda/kernels/fast_div.cuh"
+#include "cuda/runtime/cuda_check.cuh"
 
 namespace pyconv {
 namespace first_layer {
@@ -111,6 +118,36 @@ __device__ __forceinline__ void write_out(const float* stage, TOut* __restrict__
       yo[i] = TOut(stage[n * plane + (i - n * hw)]);
     }
   }
+}
+
+// Launches a persistent kernel (blocks of `threads`, each looping over images b += gridDim.x) with `smem` bytes of
+// dynamic shared memory: as many blocks as fit on the GPU's SMs, at most one per image. Raises the kernel's
+// dynamic shared memory limit to the GPU's opt-in size once per device; `name` heads the errors.
+inline void launch_persistent(const void* kernel, const char* name, int threads, size_t smem, long long images,
+                              void** args, cudaStream_t st) {
+  int dev = 0, sms = 0, optin = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (smem > size_t(optin))
+    throw std::invalid_argument(std::string(name) + ": needs " + std::to_string(smem) +
+                                " bytes of shared memory per block, this GPU allows " + std::to_string(optin));
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int>, bool> configured;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    bool& done = configured[{kernel, dev}];
+    if (!done) {
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+      done = true;
+    }
+  }
+  int per_sm = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  if (per_sm < 1) throw std::invalid_argument(std::string(name) + ": the block does not fit on an SM");
+  const long long blocks = std::min<long long>(images, (long long)sms * per_sm);
+  CUDA_CHECK(cudaLaunchKernel(kernel, dim3(unsigned(blocks)), dim3(threads), args, smem, st));
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace first_layer
