@@ -54,6 +54,9 @@
 //   m-tile: the two MMA chains interleave, the loop's own instructions are shared).
 // - results/bench-nvidia-h200-2026-11-24-step24-vpairs.json: 0.0973 ms (sp18: 0.159) with the two m-tiles
 //   vertically adjacent (25 per m-tile: the lower one takes 2 of its 4 pixel registers from the upper one).
+//   Nsight Compute on this form (one launch, ncu's locked clocks: 125 us): issue slots 59% busy, 11.1 cycles
+//   between a warp's instructions, the tensor pipe now the busiest at 35%, occupancy 50% theoretical / 43%
+//   achieved (56 registers and shared memory, 4 blocks): still latency-bound, with 8 warps per scheduler.
 // With more than one filter group it loses to step 19 (fa17, M = 50: 0.393 ms against 0.264; fa19, M = 12: 1.03
 // against 0.885, -step24.json): each group reloads 4 x 16 bytes of A fragments per lane, where step 19's B
 // fragments are half that. final takes whichever measured faster per shape.
