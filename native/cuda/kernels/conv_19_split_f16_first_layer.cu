@@ -124,12 +124,6 @@ __host__ __device__ inline Slot slot_of(int K, int j, int t) {
   return {0, 0, false};
 }
 
-__host__ __device__ constexpr int round_up(int v, int to) { return (v + to - 1) / to * to; }
-// Smallest v' >= v with v' % mod == rem.
-__host__ __device__ constexpr int up_to_residue(int v, int rem, int mod) {
-  return v + ((rem - v % mod) % mod + mod) % mod;
-}
-
 struct Params {
   long long B;
   int H, W, M, Hp, Wp;

@@ -97,9 +97,17 @@ struct Win {
   static constexpr int KS = (SLOTS + 1) / 2;
 };
 
+// Win<K>::KS for a K known at run time (the shared memory layout).
 int ksteps(int K) {
-  const int P = (K + 2) / 2, slots = P * (K / 4) + K % 4;
-  return (slots + 1) / 2;
+  switch (K) {
+    case 1: return Win<1>::KS;
+    case 2: return Win<2>::KS;
+    case 3: return Win<3>::KS;
+    case 4: return Win<4>::KS;
+    case 5: return Win<5>::KS;
+    case 6: return Win<6>::KS;
+    default: return Win<7>::KS;
+  }
 }
 
 // Which vertical pair slot j holds for lane column t: pair row p (image rows 2p, 2p + 1 from the m-tile's top),
@@ -113,12 +121,6 @@ __host__ __device__ inline Pair pair_of(int K, int j, int t) {
   if (j < na) return {j / QA, 4 * (j % QA) + t, true};
   if (j < na + K % 4) return {t < P ? t : P - 1, 4 * QA + (j - na), t < P};
   return {0, 0, false};
-}
-
-__host__ __device__ constexpr int round_up(int v, int to) { return (v + to - 1) / to * to; }
-// Smallest v' >= v with v' % mod == rem.
-__host__ __device__ constexpr int up_to_residue(int v, int rem, int mod) {
-  return v + ((rem - v % mod) % mod + mod) % mod;
 }
 
 struct Params {

@@ -22,6 +22,12 @@ namespace first_layer {
 
 constexpr float kTwoLog2e = 2.8853900817779268f;  // 2 * log2(e): tanh(x) = 1 - 2 / (1 + 2^(kTwoLog2e * x))
 
+__host__ __device__ constexpr int round_up(int v, int to) { return (v + to - 1) / to * to; }
+// Smallest v' >= v with v' % mod == rem.
+__host__ __device__ constexpr int up_to_residue(int v, int rem, int mod) {
+  return v + ((rem - v % mod) % mod + mod) % mod;
+}
+
 __device__ __forceinline__ float max_nan(float a, float b) {
   float r;
   asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
