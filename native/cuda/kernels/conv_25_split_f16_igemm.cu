@@ -1,0 +1,379 @@
+// Step 25 -- gpu-split-f16-igemm: a tiled implicit GEMM over the batch's pixels (step 18's structure) whose
+// products are as accurate as float32 (step 20's split operands on the FP16 tensor cores), for every valid
+// stride-1 shape.
+//
+// Why: on the general-shape sweep (results/bench-nvidia-h200-2026-11-24-sweep-step23.json, H200, batch 10000) the
+// rows where cuDNN FP32 wins by the most are shapes whose split weights do not fit one block's shared memory
+// beside a band of the image (steps 20 and 21 refuse them): s02 (C=15 24x24 M=38 K=7) at 0.28x cuDNN, s35 (C=24
+// 46x46 M=64 K=7) at 0.43x, s21, s03, s22. Their best float32 variant is step 17's FFMA implicit GEMM (20-34
+// TFLOP/s), while cuDNN FP32 reaches 47-79 TFLOP/s counted as direct convolution flops (it runs transforms that
+// need fewer). Here the weights never need to fit: like step 18, the depth C*K*K streams through shared memory in
+// chunks of 32 taps, so only one chunk of weights and one chunk of the im2col gather are resident.
+//
+// Changes from step 18 (gpu-tensor-core-igemm, one TF32 pass) and why:
+// - Precision: each operand is split when its fragment is loaded, v ~ hi + 2^-11 lo (cuda/runtime/mma_f16.cuh),
+//   and three m16n8k16 MMAs per product (hi*hi into one accumulator, hi*lo and lo*hi into a second, combined once
+//   per output): float32 accuracy, held to the default tolerance, where step 18 rounds both operands to TF32. Each
+//   A element is split by the WARPS_N warps that read it (1 or 2) and each B element by the 4 warps along pixels:
+//   splitting once per stage would need a second shared-memory pass and barrier per chunk.
+// - Depth order inside a k-step: shared memory holds float32 (as cp.async lands it), and ldmatrix hands lane 4g+t
+//   words t and t+4 of an 8-word group. The MMA's k order is free (a sum is a sum) as long as A and B agree, so
+//   logical taps (2t, 2t+1) of a register pair are physical taps (t, t+4): two ldmatrix.x4 per 16x16 A fragment and
+//   one per 16x8 B fragment deliver exactly the words to pack, with no shuffle.
+// - Tiles: 128 pixels x BN filters per block, BN the narrowest of 8, 16, 24, 32, 48, 64 that holds M (wider M
+//   runs as several blocks of 64); 4 warps along pixels (32 each: two 16-row m-tiles), and for BN >= 48 a second
+//   row of 4 warps along filters. A lane holds MT x NT x 4 values in each of the two accumulators (<= 64 registers).
+// - Range: a value beyond the FP16 range (|v| > 65504) becomes inf, and the outputs it reaches inf or NaN, never
+//   a quietly wrong number (the contract of steps 19-21).
+// Predicted before measuring (H200, 132 SMs, mma.sync m16n8k16 FP16 at about one per 12 clocks per SM
+// sub-partition): tensor-bound at ~3 x 2048 FMA per MMA: s02 (181 GFLOP direct, 40 of 48 filter columns used)
+// ~1.1-1.5 ms against cuDNN FP32's 2.55; s35 (2.4 TFLOP) ~14-18 ms against 30.4. Per warp and k-step the
+// fragment splits (16 split_f16x2, ~8 instructions each) issue about as many instructions as the 24 MMAs take
+// clocks, so it is tensor- and issue-bound together.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "cuda/runtime/cuda_check.cuh"
+#include "cuda/runtime/mma_f16.cuh"
+#include "cuda/runtime/registry.cuh"
+
+namespace pyconv {
+namespace {
+
+constexpr int BM = 128;       // output pixels per block (GEMM rows)
+constexpr int BK = 32;        // depth (taps) per pipeline stage: two m16n8k16 k-steps
+constexpr int STAGES = 3;     // cp.async stages: STAGES - 1 chunks load while one is multiplied
+constexpr int LDA = BK + 4;   // row pitch (words) of the A (pixel) and B (filter) tiles: conflict-free
+constexpr int LDC = BM + 4;   // row pitch (words) of the output staging tile
+constexpr size_t kSmemLimit = 220 * 1024;
+
+struct Params {
+  long long pixels;  // B * Ho * Wo: the GEMM rows
+  int C, H, W, M, K, Ho, Wo;
+  int P;         // Ho * Wo
+  int chw;       // C * H * W: one input image
+  int ckk;       // C * K * K: the GEMM depth
+  int ckk16;     // ckk rounded up to 16: the depth the MMAs read
+  int kchunks;   // ceil(ckk / BK)
+  int m_blocks;  // ceil(M / BN)
+  bool vec4;     // P % 4 == 0: four consecutive pixels of a tile are one aligned float4 of y
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+// 4-byte asynchronous copy; valid == false writes a zero and reads nothing.
+__device__ __forceinline__ void cp_async4(uint32_t dst, const float* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+// Two float32 words (as loaded) -> the hi and lo halves of one fragment register, `a` in the low half.
+__device__ __forceinline__ uint2 split_pair(uint32_t a, uint32_t b) {
+  return split_f16x2(__uint_as_float(a), __uint_as_float(b));
+}
+
+template <int BN>
+struct Tiles {
+  static constexpr int WARPS_N = BN >= 48 ? 2 : 1, WARPS_M = 4, THREADS = 32 * WARPS_M * WARPS_N;
+  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N, MT = WM / 16, NT = WN / 8;
+  static constexpr int KG = 8 / WARPS_N;  // groups of 4 taps each lane gathers per chunk
+  static constexpr int A_FLOATS = BM * LDA, STAGE_FLOATS = A_FLOATS + BN * LDA;
+  static_assert(BN % (8 * WARPS_N) == 0 && MT == 2, "warp tile: 32 pixels x a multiple of 8 filters");
+  static_assert(BN * LDC <= STAGES * STAGE_FLOATS, "the output staging tile aliases the pipeline stages");
+  static_assert((BN * BK) % THREADS == 0, "every thread copies the same number of weights per stage");
+};
+
+template <int BN, int MINB>
+__global__ void __launch_bounds__(Tiles<BN>::THREADS, MINB == 0 ? 512 / Tiles<BN>::THREADS : MINB)
+    conv25_kernel(const float* __restrict__ x, const float* __restrict__ k, float* __restrict__ y, const Params p) {
+  using T = Tiles<BN>;
+  constexpr int MT = T::MT, NT = T::NT;
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  int* s_kofs = reinterpret_cast<int*>(smem + STAGES * T::STAGE_FLOATS);  // [kchunks][4 kl][8 kg]
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int mb = int(blockIdx.x % unsigned(p.m_blocks));
+  const long long p0 = (long long)(blockIdx.x / unsigned(p.m_blocks)) * BM;  // first pixel (GEMM row)
+  const int n0 = mb * BN;                                                      // first filter
+  const long long b_first = p0 / p.P;
+  const int r_first = int(p0 - b_first * p.P);  // pixel index of p0 inside its image
+  const float* xt = x + b_first * (long long)p.chw;
+
+  // Tap table as in step 18: [chunk][tap-lane kl][kg] holds the offset of tap 4*kg + kl; -1 past C*K*K.
+  const int KK = p.K * p.K;
+  for (int i = tid; i < p.kchunks * BK; i += T::THREADS) {
+    const int kb = i / BK, kl = (i % BK) / 8, kg = i % 8;
+    const int kk = kb * BK + 4 * kg + kl;
+    int off = -1;
+    if (kk < p.ckk) {
+      const int c = kk / KK, q = kk % KK;
+      off = (c * p.H + q / p.K) * p.W + q % p.K;
+    }
+    s_kofs[i] = off;
+  }
+  // Gather roles: each warp instruction copies 8 pixels (pl) x 4 consecutive taps (kl). Warp w owns pixels
+  // 32*(w % 4) + 8*i + pl (i < 4) and tap groups kg0 .. kg0 + KG - 1 of every chunk (the second row of warps, when
+  // there is one, the upper half).
+  const int pl = lane & 7, kl = lane >> 3, pw = warp % 4, kg0 = (warp / 4) * T::KG;
+  int pix_off[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int lp = 32 * pw + 8 * i + pl;
+    pix_off[i] = -1;
+    if (p0 + lp < p.pixels) {
+      int r = r_first + lp;
+      const int db = r / p.P;
+      r -= db * p.P;
+      pix_off[i] = db * p.chw + (r / p.Wo) * p.W + r % p.Wo;
+    }
+  }
+  __syncthreads();  // the tap table is in
+
+  const uint32_t smem_base = smem_u32(smem);
+  auto load_stage = [&](int kb, int s) {
+    const uint32_t a_s = smem_base + uint32_t(s * T::STAGE_FLOATS) * 4;
+    const uint32_t b_s = a_s + T::A_FLOATS * 4;
+    const int kread = p.ckk16 - kb * BK;  // taps of this chunk the MMAs read (the others are never looked at)
+    const uint32_t a_lane = a_s + uint32_t((32 * pw + pl) * LDA + kl) * 4;
+    const int* kofs = s_kofs + kb * BK + kl * 8 + kg0;
+#pragma unroll 1  // rolled: unrolled, all 4 x KG 64-bit source addresses were live at once and spilled
+    for (int j = 0; j < T::KG; ++j) {
+      const int kg = kg0 + j;
+      if (4 * kg >= kread) break;  // warp-uniform
+      const int ko = kofs[j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const bool valid = (pix_off[i] | ko) >= 0;
+        cp_async4(a_lane + uint32_t(8 * i * LDA + 4 * kg) * 4, valid ? xt + (pix_off[i] + ko) : x, valid);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < BN * BK / T::THREADS; ++j) {
+      const int e = tid + j * T::THREADS, n = e / BK, kq = e % BK;
+      const int m = n0 + n, kk = kb * BK + kq;
+      const bool valid = m < p.M && kk < p.ckk;
+      cp_async4(b_s + uint32_t(n * LDA + kq) * 4, valid ? k + (size_t(m) * p.ckk + kk) : k, valid);
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < p.kchunks) load_stage(s, s);
+    asm volatile("cp.async.commit_group;");
+  }
+
+  const int wm = (warp % T::WARPS_M) * T::WM, wn = (warp / T::WARPS_M) * T::WN;
+  float acc[MT][NT][4], cor[MT][NT][4];  // hi*hi; hi*lo + lo*hi (scaled by 2^11)
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[mt][nt][r] = cor[mt][nt][r] = 0.0f;
+
+  // ldmatrix row addresses: lane l feeds row l % 8 of matrix l / 8. A x4 over 8 words: (rows 0-7, words 0-3),
+  // (rows 8-15, 0-3), (rows 0-7, 4-7), (rows 8-15, 4-7). B x4 over 16 words: (filters 0-7, words 0-3, 4-7, 8-11,
+  // 12-15).
+  const uint32_t a_frag = uint32_t((wm + (lane & 7) + 8 * ((lane >> 3) & 1)) * LDA + 4 * (lane >> 4)) * 4;
+  const uint32_t b_frag = uint32_t((wn + (lane & 7)) * LDA + 4 * (lane >> 3)) * 4;
+
+  for (int kb = 0; kb < p.kchunks; ++kb) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
+    __syncthreads();  // chunk kb is in for every thread; everyone is done with the stage the next load overwrites
+    {
+      const int next = kb + STAGES - 1;
+      if (next < p.kchunks) load_stage(next, next % STAGES);
+      asm volatile("cp.async.commit_group;");
+    }
+    const uint32_t a_s = smem_base + uint32_t((kb % STAGES) * T::STAGE_FLOATS) * 4;
+    const uint32_t b_s = a_s + T::A_FLOATS * 4;
+    const int ksub = min(BK / 16, (p.ckk16 - kb * BK) / 16);
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      if (kk >= ksub) break;  // block-uniform: past the padded depth
+      uint32_t ah[MT][4], al[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        uint32_t v[8];  // v[0..3]: words 0-7 of the k-step, v[4..7]: words 8-15 (rows g, g+8 x words t, t+4)
+        ldsm_x4(a_s + a_frag + uint32_t(mt * 16 * LDA + kk * 16) * 4, v[0], v[1], v[2], v[3]);
+        ldsm_x4(a_s + a_frag + uint32_t(mt * 16 * LDA + kk * 16 + 8) * 4, v[4], v[5], v[6], v[7]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int row = 0; row < 2; ++row) {  // a0 (g, taps 0-7), a1 (g+8, 0-7), a2 (g, 8-15), a3 (g+8, 8-15)
+            const uint2 s = split_pair(v[4 * h + row], v[4 * h + row + 2]);
+            ah[mt][2 * h + row] = s.x;
+            al[mt][2 * h + row] = s.y;
+          }
+      }
+      // One n-tile's B fragment at a time (4 registers live, not 4 x NT: with NT = 4 holding them all spilled
+      // under the 128-register bound). Its 3 x MT MMAs go to 2 x MT accumulators, corrections last.
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        uint32_t v[4];  // filter g x words t, t+4, 8+t, 12+t
+        ldsm_x4(b_s + b_frag + uint32_t(nt * 8 * LDA + kk * 16) * 4, v[0], v[1], v[2], v[3]);
+        const uint2 s0 = split_pair(v[0], v[1]), s1 = split_pair(v[2], v[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          mma_f16(acc[mt][nt], ah[mt][0], ah[mt][1], ah[mt][2], ah[mt][3], s0.x, s1.x);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          mma_f16(cor[mt][nt], ah[mt][0], ah[mt][1], ah[mt][2], ah[mt][3], s0.y, s1.y);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          mma_f16(cor[mt][nt], al[mt][0], al[mt][1], al[mt][2], al[mt][3], s0.x, s1.x);
+      }
+    }
+  }
+
+  // Stage the tile as [filter][pixel]: d0 (pixel g, filter 2t), d1 (g, 2t+1), d2 (g+8, 2t), d3 (g+8, 2t+1).
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  __syncthreads();  // every warp is done with the stages the staging tile aliases
+  float* cs = smem;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int px = wm + mt * 16 + g, n = wn + nt * 8 + 2 * t;
+      float d[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) d[r] = fmaf(cor[mt][nt][r], kSplitUnscale, acc[mt][nt][r]);
+      cs[n * LDC + px] = d[0];
+      cs[(n + 1) * LDC + px] = d[1];
+      cs[n * LDC + px + 8] = d[2];
+      cs[(n + 1) * LDC + px + 8] = d[3];
+    }
+  __syncthreads();
+  // A warp writes runs of consecutive pixels of one filter (broken only where the tile crosses an image);
+  // streaming stores: y is written once and is larger than L2, so x's rows stay there.
+  if (p.vec4) {
+    for (int e = tid; e < BN * BM / 4; e += T::THREADS) {
+      const int n = e / (BM / 4), lp = 4 * (e % (BM / 4)), m = n0 + n;
+      if (m >= p.M || p0 + lp >= p.pixels) continue;  // pixels % 4 == 0: the whole float4 is in or out
+      int r = r_first + lp;
+      const int db = r / p.P;
+      r -= db * p.P;
+      const float4 v = *reinterpret_cast<const float4*>(cs + n * LDC + lp);
+      __stcs(reinterpret_cast<float4*>(y + ((b_first + db) * p.M + m) * (long long)p.P + r), v);
+    }
+  } else {
+    for (int e = tid; e < BN * BM; e += T::THREADS) {
+      const int n = e / BM, lp = e % BM, m = n0 + n;
+      if (m >= p.M || p0 + lp >= p.pixels) continue;
+      int r = r_first + lp;
+      const int db = r / p.P;
+      r -= db * p.P;
+      __stcs(y + ((b_first + db) * p.M + m) * (long long)p.P + r, cs[n * LDC + lp]);
+    }
+  }
+}
+
+using Kernel = void (*)(const float*, const float*, float*, const Params);
+
+struct Config {
+  int bn, threads;
+  Kernel kernel;
+};
+
+// The narrowest filter tile that holds M (wider M runs as several blocks of 64 filters).
+template <int MINB>
+const Config& pick(int64_t M) {
+  static const Config configs[] = {
+      {8, Tiles<8>::THREADS, conv25_kernel<8, MINB>},    {16, Tiles<16>::THREADS, conv25_kernel<16, MINB>},
+      {24, Tiles<24>::THREADS, conv25_kernel<24, MINB>}, {32, Tiles<32>::THREADS, conv25_kernel<32, MINB>},
+      {48, Tiles<48>::THREADS, conv25_kernel<48, MINB>}, {64, Tiles<64>::THREADS, conv25_kernel<64, MINB>},
+  };
+  for (const Config& c : configs)
+    if (M <= c.bn) return c;
+  return configs[5];
+}
+
+size_t smem_bytes(const Params& p, int bn) {
+  return size_t(STAGES) * (BM + bn) * LDA * 4 + size_t(p.kchunks) * BK * 4;
+}
+
+std::string plan(const ConvShape& s, Params& p) {
+  const int64_t chw = s.C * s.H * s.W, ckk = s.C * s.K * s.K;
+  // Offsets inside one tile span up to 129 images (a tile of 128 one-pixel images plus its window).
+  if (chw * (BM + 1) > INT_MAX || s.M * ckk > INT_MAX)
+    return "gpu-split-f16-igemm: an image of " + std::to_string(chw) + " floats or weights of " +
+           std::to_string(s.M * ckk) + " floats exceed its 32-bit offsets";
+  const Config& c = pick<1>(s.M);
+  p.C = int(s.C); p.H = int(s.H); p.W = int(s.W); p.M = int(s.M); p.K = int(s.K);
+  p.Ho = int(s.Ho()); p.Wo = int(s.Wo()); p.P = p.Ho * p.Wo;
+  p.pixels = s.B * int64_t(p.P);
+  p.chw = int(chw);
+  p.ckk = int(ckk);
+  p.ckk16 = int((ckk + 15) / 16 * 16);
+  p.kchunks = int((ckk + BK - 1) / BK);
+  p.m_blocks = int((s.M + c.bn - 1) / c.bn);
+  p.vec4 = p.P % 4 == 0;
+  if (smem_bytes(p, c.bn) > kSmemLimit)
+    return "gpu-split-f16-igemm: a depth of " + std::to_string(ckk) + " taps needs a tap table beyond " +
+           std::to_string(kSmemLimit / 1024) + " KB of shared memory";
+  const int64_t tiles = (p.pixels + BM - 1) / BM;
+  if (tiles * p.m_blocks > INT_MAX)
+    return "gpu-split-f16-igemm: " + std::to_string(tiles * p.m_blocks) + " blocks exceed the grid";
+  return "";
+}
+
+}  // namespace
+
+std::string conv_supports_gpu_split_f16_igemm(const ConvShape& s) {
+  Params p{};
+  return plan(s, p);
+}
+
+template <int MINB>
+void launch(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st) {
+  Params p{};
+  const std::string why = plan(s, p);
+  if (!why.empty()) throw std::invalid_argument(why);
+  if (p.pixels == 0 || s.M == 0) return;
+  const Config& c = pick<MINB>(s.M);
+  const size_t smem = smem_bytes(p, c.bn);
+  CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  // One block per (128-pixel tile, filter block), filter blocks fastest: blocks resident together cover
+  // neighbouring rows of the same images, whose K*K shifted reads then hit L2.
+  const long long blocks = (p.pixels + BM - 1) / BM * p.m_blocks;
+  c.kernel<<<unsigned(blocks), c.threads, smem, st>>>(x, k, y, p);
+  CUDA_CHECK_LAUNCH();
+}
+
+void conv_fwd_gpu_split_f16_igemm(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st) {
+  launch<0>(x, k, y, s, st);
+}
+void conv_fwd_gpu_split_f16_igemm_x1(const float* x, const float* k, float* y, const ConvShape& s,
+                                     cudaStream_t st) {
+  launch<1>(x, k, y, s, st);
+}
+
+PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
+    .name = "gpu-split-f16-igemm",
+    .step = 25,
+    .summary = "implicit GEMM for any shape on the FP16 tensor cores, split operands (FP32-accurate), depth streamed",
+    .launch = conv_fwd_gpu_split_f16_igemm,
+    .supports = conv_supports_gpu_split_f16_igemm,
+    .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
+});
+PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
+    .name = "gpu-split-f16-igemm-x1",
+    .step = 26,
+    .summary = "EXPERIMENT step 25 without a register bound",
+    .launch = conv_fwd_gpu_split_f16_igemm_x1,
+    .supports = conv_supports_gpu_split_f16_igemm,
+    .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = on_request(kNotM4)},
+});
+
+}  // namespace pyconv
