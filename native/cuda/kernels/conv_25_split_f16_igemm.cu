@@ -110,12 +110,14 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, MINB == 0 ? 512 / Tiles<BN
   const int r_first = int(p0 - b_first * p.P);  // pixel index of p0 inside its image
   const float* xt = x + b_first * (long long)p.chw;
 
-  // Tap table as in step 18: [chunk][tap-lane kl][kg] holds the offset of tap 4*kg + kl; -1 past C*K*K.
+  // Tap table as in step 18, [chunk][tap-lane kl][kg]: the offset of tap 4*kg + kl from a window's top-left input.
+  // Taps past C*K*K read the window's top-left input itself (offset 0): their weights are 0, and an inf or NaN
+  // there only reaches the output whose window holds it anyway, so the gather needs no zero-fill and no test.
   const int KK = p.K * p.K;
   for (int i = tid; i < p.kchunks * BK; i += T::THREADS) {
     const int kb = i / BK, kl = (i % BK) / 8, kg = i % 8;
     const int kk = kb * BK + 4 * kg + kl;
-    int off = -1;
+    int off = 0;
     if (kk < p.ckk) {
       const int c = kk / KK, q = kk % KK;
       off = (c * p.H + q / p.K) * p.W + q % p.K;
@@ -124,20 +126,21 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, MINB == 0 ? 512 / Tiles<BN
   }
   // Gather roles: each warp instruction copies 8 pixels (pl) x 4 consecutive taps (kl). Warp w owns pixels
   // 32*(w % 4) + 8*i + pl (i < 4) and tap groups kg0 .. kg0 + KG - 1 of every chunk (the second row of warps, when
-  // there is one, the upper half).
+  // there is one, the upper half). A pixel past the batch gathers the batch's last pixel (its outputs are never
+  // stored), so every copy is a plain 4-byte cp.async from xp[i] + tap offset.
   const int pl = lane & 7, kl = lane >> 3, pw = warp % 4, kg0 = (warp / 4) * T::KG;
-  int pix_off[4];
+  const float* xp[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int lp = 32 * pw + 8 * i + pl;
-    pix_off[i] = -1;
-    if (p0 + lp < p.pixels) {
-      int r = r_first + lp;
-      const int db = r / p.P;
-      r -= db * p.P;
-      pix_off[i] = db * p.chw + (r / p.Wo) * p.W + r % p.Wo;
-    }
+    const int lp = int(min(p0 + 32 * pw + 8 * i + pl, p.pixels - 1) - p0);
+    int r = r_first + lp;
+    const int db = r / p.P;
+    r -= db * p.P;
+    xp[i] = xt + (db * p.chw + (r / p.Wo) * p.W + r % p.Wo);
   }
+  // Weight roles: lane l copies depth kq = l of filters warp + NW*j (NW warps), zero past M and past C*K*K.
+  constexpr int NW = T::THREADS / 32;
+  const float* kw = k + size_t(n0 + warp) * p.ckk + lane;
   __syncthreads();  // the tap table is in
 
   const uint32_t smem_base = smem_u32(smem);
@@ -145,25 +148,23 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, MINB == 0 ? 512 / Tiles<BN
     const uint32_t a_s = smem_base + uint32_t(s * T::STAGE_FLOATS) * 4;
     const uint32_t b_s = a_s + T::A_FLOATS * 4;
     const int kread = p.ckk16 - kb * BK;  // taps of this chunk the MMAs read (the others are never looked at)
-    const uint32_t a_lane = a_s + uint32_t((32 * pw + pl) * LDA + kl) * 4;
+    const uint32_t a_lane = a_s + uint32_t((32 * pw + pl) * LDA + kl + 4 * kg0) * 4;
     const int* kofs = s_kofs + kb * BK + kl * 8 + kg0;
 #pragma unroll 1  // rolled: unrolled, all 4 x KG 64-bit source addresses were live at once and spilled
     for (int j = 0; j < T::KG; ++j) {
-      const int kg = kg0 + j;
-      if (4 * kg >= kread) break;  // warp-uniform
+      if (4 * (kg0 + j) >= kread) break;  // warp-uniform
       const int ko = kofs[j];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const bool valid = (pix_off[i] | ko) >= 0;
-        cp_async4(a_lane + uint32_t(8 * i * LDA + 4 * kg) * 4, valid ? xt + (pix_off[i] + ko) : x, valid);
-      }
+      for (int i = 0; i < 4; ++i)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(a_lane + uint32_t(8 * i * LDA + 4 * j) * 4),
+                     "l"(xp[i] + ko));
     }
+    const bool k_ok = kb * BK + lane < p.ckk;
 #pragma unroll
-    for (int j = 0; j < BN * BK / T::THREADS; ++j) {
-      const int e = tid + j * T::THREADS, n = e / BK, kq = e % BK;
-      const int m = n0 + n, kk = kb * BK + kq;
-      const bool valid = m < p.M && kk < p.ckk;
-      cp_async4(b_s + uint32_t(n * LDA + kq) * 4, valid ? k + (size_t(m) * p.ckk + kk) : k, valid);
+    for (int j = 0; j < BN / NW; ++j) {
+      const bool valid = k_ok && n0 + warp + NW * j < p.M;
+      cp_async4(b_s + uint32_t((warp + NW * j) * LDA + lane) * 4, valid ? kw + (size_t(NW * j) * p.ckk + kb * BK) : k,
+                valid);
     }
   };
 
