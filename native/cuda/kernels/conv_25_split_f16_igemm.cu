@@ -50,7 +50,6 @@ constexpr int BK = 32;        // depth (taps) per pipeline stage: two m16n8k16 k
 constexpr int STAGES = 3;     // cp.async stages: STAGES - 1 chunks load while one is multiplied
 constexpr int LDA = BK + 4;   // row pitch (words) of the A (pixel) and B (filter) tiles: conflict-free
 constexpr int LDC = BM + 4;   // row pitch (words) of the output staging tile
-constexpr int BP = BK + 8;    // row pitch (halves) of the split weight tiles: 80 bytes, conflict-free ldmatrix
 constexpr size_t kSmemLimit = 220 * 1024;
 
 struct Params {
@@ -88,13 +87,10 @@ struct Tiles {
   static constexpr int WARPS_N = BN >= 48 ? 2 : 1, WARPS_M = 4, THREADS = 32 * WARPS_M * WARPS_N;
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N, MT = WM / 16, NT = WN / 8;
   static constexpr int KG = 8 / WARPS_N;  // groups of 4 taps each lane gathers per chunk
-  static constexpr int A_FLOATS = BM * LDA;
-  static constexpr int B_HALF_BYTES = BN * BP * 2, B_BUF_BYTES = 2 * B_HALF_BYTES;  // hi, lo; two buffers
-  static constexpr int NPAIR = BN * (BK / 2) / THREADS;  // weight pairs each thread splits per chunk
-  static constexpr size_t FIXED_BYTES = size_t(STAGES) * (A_FLOATS + BN * BK) * 4 + 2 * B_BUF_BYTES;
+  static constexpr int A_FLOATS = BM * LDA, STAGE_FLOATS = A_FLOATS + BN * LDA;
   static_assert(BN % (8 * WARPS_N) == 0 && MT == 2, "warp tile: 32 pixels x a multiple of 8 filters");
-  static_assert(BN * LDC <= STAGES * A_FLOATS, "the output staging tile aliases the pipeline stages");
-  static_assert(NPAIR * THREADS == BN * (BK / 2), "every thread splits the same number of weight pairs");
+  static_assert(BN * LDC <= STAGES * STAGE_FLOATS, "the output staging tile aliases the pipeline stages");
+  static_assert((BN * BK) % THREADS == 0, "every thread copies the same number of weights per stage");
 };
 
 template <int BN>
@@ -104,8 +100,7 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
   constexpr int MT = T::MT, NT = T::NT;
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
-  // Shared memory: STAGES x A tile (float32, as gathered), 2 x {hi, lo} weight tiles (split), the tap table.
-  int* s_kofs = reinterpret_cast<int*>(reinterpret_cast<char*>(smem) + T::FIXED_BYTES);  // [kchunks][4 kl][8 kg]
+  int* s_kofs = reinterpret_cast<int*>(smem + STAGES * T::STAGE_FLOATS);  // [kchunks][4 kl][8 kg]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int mb = int(blockIdx.x % unsigned(p.m_blocks));
@@ -132,58 +127,26 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
   // Gather roles: each warp instruction copies 8 pixels (pl) x 4 consecutive taps (kl). Warp w owns pixels
   // 32*(w % 4) + 8*i + pl (i < 4) and tap groups kg0 .. kg0 + KG - 1 of every chunk (the second row of warps, when
   // there is one, the upper half). A pixel past the batch gathers the batch's last pixel (its outputs are never
-  // stored), so every copy is a plain 4-byte cp.async from xt + xo[i] + tap offset.
+  // stored), so every copy is a plain 4-byte cp.async from xp[i] + tap offset.
   const int pl = lane & 7, kl = lane >> 3, pw = warp % 4, kg0 = (warp / 4) * T::KG;
-  int xo[4];  // offsets from xt: 32-bit (4 registers where pointers took 8 and spilled)
+  const float* xp[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int lp = int(min(p0 + 32 * pw + 8 * i + pl, p.pixels - 1) - p0);
     int r = r_first + lp;
     const int db = r / p.P;
     r -= db * p.P;
-    xo[i] = db * p.chw + (r / p.Wo) * p.W + r % p.Wo;
+    xp[i] = xt + (db * p.chw + (r / p.Wo) * p.W + r % p.Wo);
   }
-  // Weight roles: the weights are split once per chunk into {hi, lo} half tiles [filter][BP], read by every warp
-  // with ldmatrix (split at fragment load, each of the 4 warps along pixels would split the same weights). Their
-  // taps are stored in the order the A side's ldmatrix delivers (logical taps 2q, 2q+1 of a k-step = physical
-  // taps q, q+4 for q < 4, q+4, q+8 for q >= 4). Thread pair j: filter e / 16, pair e % 16 of the chunk (k-step
-  // (e % 16) / 8), e = tid + THREADS*j. A chunk's weights travel with its A tile (cp.async into a float32 staging
-  // area, zero past M and past C*K*K); the thread that copied a pair splits it, after its own wait, so no barrier
-  // is needed between: the next chunk's pairs are split after this chunk's MMAs, into the other of two buffers.
-  float* const s_wst = smem + STAGES * T::A_FLOATS;  // [STAGES][NPAIR][THREADS][2] float32, as copied
-  char* const s_b = reinterpret_cast<char*>(s_wst + STAGES * T::NPAIR * T::THREADS * 2);
-  // Every pair of a thread has the same taps (THREADS is a multiple of 16) and filters THREADS / 16 apart.
-  const int pr = tid % 16, q = pr % 8, wtap = (pr / 8) * 16 + q + 4 * (q >= 4);
-  const float* const kt = k + size_t(n0 + tid / 16) * p.ckk + wtap;
-  const int m_left = p.M - (n0 + tid / 16);  // pair j holds a filter while (THREADS / 16) * j < m_left
-  auto copy_weights = [&](int kb, int stage) {
-    const int tap_left = p.ckk - (kb * BK + wtap);
-    const uint32_t dst = smem_u32(s_wst + (stage * T::NPAIR * T::THREADS + tid) * 2);
-#pragma unroll
-    for (int j = 0; j < T::NPAIR; ++j) {
-      const bool m_ok = (T::THREADS / 16) * j < m_left;
-      const float* w = kt + (size_t((T::THREADS / 16) * j) * p.ckk + kb * BK);
-      cp_async4(dst + j * T::THREADS * 8, m_ok && tap_left > 0 ? w : k, m_ok && tap_left > 0);
-      cp_async4(dst + j * T::THREADS * 8 + 4, m_ok && tap_left > 4 ? w + 4 : k, m_ok && tap_left > 4);
-    }
-  };
-  auto split_weights = [&](int stage, int buf) {
-#pragma unroll
-    for (int j = 0; j < T::NPAIR; ++j) {
-      const int n = (tid + T::THREADS * j) / 16;
-      const float2 w = *reinterpret_cast<const float2*>(s_wst + ((stage * T::NPAIR + j) * T::THREADS + tid) * 2);
-      const uint2 h = split_f16x2(w.x, w.y);
-      char* row = s_b + buf * T::B_BUF_BYTES + n * BP * 2 + pr * 4;
-      *reinterpret_cast<uint32_t*>(row) = h.x;
-      *reinterpret_cast<uint32_t*>(row + T::B_HALF_BYTES) = h.y;
-    }
-  };
+  // Weight roles: lane l copies depth kq = l of filters warp + NW*j (NW warps), zero past M and past C*K*K.
+  constexpr int NW = T::THREADS / 32;
+  const float* kw = k + size_t(n0 + warp) * p.ckk + lane;
   __syncthreads();  // the tap table is in
 
   const uint32_t smem_base = smem_u32(smem);
   auto load_stage = [&](int kb, int s) {
-    copy_weights(kb, s);
-    const uint32_t a_s = smem_base + uint32_t(s * T::A_FLOATS) * 4;
+    const uint32_t a_s = smem_base + uint32_t(s * T::STAGE_FLOATS) * 4;
+    const uint32_t b_s = a_s + T::A_FLOATS * 4;
     const int kread = p.ckk16 - kb * BK;  // taps of this chunk the MMAs read (the others are never looked at)
     const uint32_t a_lane = a_s + uint32_t((32 * pw + pl) * LDA + kl + 4 * kg0) * 4;
     const int* kofs = s_kofs + kb * BK + kl * 8 + kg0;
@@ -194,7 +157,14 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(a_lane + uint32_t(8 * i * LDA + 4 * j) * 4),
-                     "l"(xt + (xo[i] + ko)));
+                     "l"(xp[i] + ko));
+    }
+    const bool k_ok = kb * BK + lane < p.ckk;
+#pragma unroll
+    for (int j = 0; j < BN / NW; ++j) {
+      const bool valid = k_ok && n0 + warp + NW * j < p.M;
+      cp_async4(b_s + uint32_t((warp + NW * j) * LDA + lane) * 4, valid ? kw + (size_t(NW * j) * p.ckk + kb * BK) : k,
+                valid);
     }
   };
 
@@ -203,8 +173,6 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
     if (s < p.kchunks) load_stage(s, s);
     asm volatile("cp.async.commit_group;");
   }
-  asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
-  split_weights(0, 0);  // this thread's copies of chunk 0 have landed; the loop's first barrier publishes them
 
   const int wm = (warp % T::WARPS_M) * T::WM, wn = (warp / T::WARPS_M) * T::WN;
   float acc[MT][NT][4], cor[MT][NT][4];  // hi*hi; hi*lo + lo*hi (scaled by 2^11)
@@ -216,11 +184,10 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
       for (int r = 0; r < 4; ++r) acc[mt][nt][r] = cor[mt][nt][r] = 0.0f;
 
   // ldmatrix row addresses: lane l feeds row l % 8 of matrix l / 8. A x4 over 8 words: (rows 0-7, words 0-3),
-  // (rows 8-15, 0-3), (rows 0-7, 4-7), (rows 8-15, 4-7). B x4: (filters 0-7: hi taps 0-7, hi 8-15, lo 0-7, lo
-  // 8-15) of the k-step = b0, b1 of hi, b0, b1 of lo.
+  // (rows 8-15, 0-3), (rows 0-7, 4-7), (rows 8-15, 4-7). B x4 over 16 words: (filters 0-7, words 0-3, 4-7, 8-11,
+  // 12-15).
   const uint32_t a_frag = uint32_t((wm + (lane & 7) + 8 * ((lane >> 3) & 1)) * LDA + 4 * (lane >> 4)) * 4;
-  const uint32_t b_frag = smem_u32(s_b) + (lane >> 4) * T::B_HALF_BYTES + (wn + (lane & 7)) * BP * 2 +
-                          ((lane >> 3) & 1) * 16;
+  const uint32_t b_frag = uint32_t((wn + (lane & 7)) * LDA + 4 * (lane >> 3)) * 4;
 
   for (int kb = 0; kb < p.kchunks; ++kb) {
     asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
@@ -230,8 +197,8 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
       if (next < p.kchunks) load_stage(next, next % STAGES);
       asm volatile("cp.async.commit_group;");
     }
-    const uint32_t a_s = smem_base + uint32_t((kb % STAGES) * T::A_FLOATS) * 4;
-    const uint32_t b_s = b_frag + (kb & 1) * T::B_BUF_BYTES;
+    const uint32_t a_s = smem_base + uint32_t((kb % STAGES) * T::STAGE_FLOATS) * 4;
+    const uint32_t b_s = a_s + T::A_FLOATS * 4;
     const int ksub = min(BK / 16, (p.ckk16 - kb * BK) / 16);
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
@@ -251,28 +218,23 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
             al[mt][2 * h + row] = s.y;
           }
       }
-      // One n-tile's B fragment at a time (4 registers live, not 4 x NT). Its 3 x MT MMAs go to 2 x MT
-      // accumulators, corrections last.
+      // One n-tile's B fragment at a time (4 registers live, not 4 x NT: with NT = 4 holding them all spilled
+      // under the 128-register bound). Its 3 x MT MMAs go to 2 x MT accumulators, corrections last.
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        uint32_t bh0, bh1, bl0, bl1;
-        ldsm_x4(b_s + uint32_t(nt * 8 * BP * 2 + kk * 32), bh0, bh1, bl0, bl1);
+        uint32_t v[4];  // filter g x words t, t+4, 8+t, 12+t
+        ldsm_x4(b_s + b_frag + uint32_t(nt * 8 * LDA + kk * 16) * 4, v[0], v[1], v[2], v[3]);
+        const uint2 s0 = split_pair(v[0], v[1]), s1 = split_pair(v[2], v[3]);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
-          mma_f16(acc[mt][nt], ah[mt][0], ah[mt][1], ah[mt][2], ah[mt][3], bh0, bh1);
+          mma_f16(acc[mt][nt], ah[mt][0], ah[mt][1], ah[mt][2], ah[mt][3], s0.x, s1.x);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
-          mma_f16(cor[mt][nt], ah[mt][0], ah[mt][1], ah[mt][2], ah[mt][3], bl0, bl1);
+          mma_f16(cor[mt][nt], ah[mt][0], ah[mt][1], ah[mt][2], ah[mt][3], s0.y, s1.y);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
-          mma_f16(cor[mt][nt], al[mt][0], al[mt][1], al[mt][2], al[mt][3], bh0, bh1);
+          mma_f16(cor[mt][nt], al[mt][0], al[mt][1], al[mt][2], al[mt][3], s0.x, s1.x);
       }
-    }
-    // The other buffer was last read in iteration kb - 1, which every warp has finished (this iteration's
-    // barrier); the next barrier publishes it. Chunk kb + 1 is the older of the two groups in flight.
-    if (kb + 1 < p.kchunks) {
-      asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
-      split_weights((kb + 1) % STAGES, (kb + 1) & 1);
     }
   }
 
@@ -338,7 +300,7 @@ const Config& pick(int64_t M) {
 }
 
 size_t smem_bytes(const Params& p, int bn) {
-  return size_t(STAGES) * (BM * LDA + bn * BK) * 4 + size_t(4) * bn * BP * 2 + size_t(p.kchunks) * BK * 4;
+  return size_t(STAGES) * (BM + bn) * LDA * 4 + size_t(p.kchunks) * BK * 4;
 }
 
 std::string plan(const ConvShape& s, Params& p) {
@@ -396,5 +358,4 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .supports = conv_supports_gpu_split_f16_igemm,
     .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
 });
-
 }  // namespace pyconv
