@@ -5,7 +5,7 @@
 // Why: on the general-shape sweep (results/bench-nvidia-h200-2026-11-24-sweep-step23.json, H200, batch 10000) the
 // rows where cuDNN FP32 wins by the most are shapes whose split weights do not fit one block's shared memory
 // beside a band of the image (steps 20 and 21 refuse them): s02 (C=15 24x24 M=38 K=7) at 0.28x cuDNN, s35 (C=24
-// 46x46 M=64 K=7) at 0.43x, s21, s03, s22. Their best float32 variant is step 17's FFMA implicit GEMM (20-34
+// 46x46 M=64 K=7) at 0.43x, s21, s03, s22. Their best float32 variant was step 17's FFMA implicit GEMM (20-34
 // TFLOP/s), while cuDNN FP32 reaches 47-79 TFLOP/s counted as direct convolution flops (it runs transforms that
 // need fewer). Here the weights never need to fit: like step 18, the depth C*K*K streams through shared memory in
 // chunks of 32 taps, so only one chunk of weights and one chunk of the im2col gather are resident.
@@ -27,9 +27,18 @@
 //   a quietly wrong number (the contract of steps 19-21).
 // Predicted before measuring (H200, 132 SMs, mma.sync m16n8k16 FP16 at about one per 12 clocks per SM
 // sub-partition): tensor-bound at ~3 x 2048 FMA per MMA: s02 (181 GFLOP direct, 40 of 48 filter columns used)
-// ~1.1-1.5 ms against cuDNN FP32's 2.55; s35 (2.4 TFLOP) ~14-18 ms against 30.4. Per warp and k-step the
-// fragment splits (16 split_f16x2, ~8 instructions each) issue about as many instructions as the 24 MMAs take
-// clocks, so it is tensor- and issue-bound together.
+// ~1.1-1.5 ms against cuDNN FP32's 2.55; s35 (2.4 TFLOP) ~14-18 ms against 30.4.
+// Measured (results/bench-nvidia-h200-2026-11-24-sweep-step25.json, `invoke bench --sweep`, H200, batch 10000):
+// s02 4.62 ms (cuDNN FP32 2.61; step 17 9.17), s35 43.5 (30.5; 71.5), s00 161 (459; 317), s03 22.5 (32.6; 42.9);
+// the best float32 variant on 22 of the 80 rows, 1.5-2.0x step 17 on the wide-M, deep rows. Three times the
+// prediction. Nsight Compute on s35 at batch 400 (one launch): L1/TEX throughput 75% ("memory more heavily
+// utilized than compute": the 4-byte gather copies and the ldmatrix of float32 tiles), issue slots 53% busy,
+// occupancy 25% (2 blocks of 8 warps: 128 registers, 83 KB of shared memory each), 1.03 eligible warps per
+// scheduler. Tried and not kept (same sweep, H200): no register bound (140-189 registers, fewer warps): slower
+// or equal on every row; the weights split once per chunk into FP16 half tiles (each weight split once, not by
+// each of the 4 warps along pixels): 3-15% slower (a wait and a split pass per chunk after the MMAs). The first
+// form's gather (zero-fill tests and 64-bit pointers per copy: 85 SASS instructions per 4 copies, spilled) was
+// 1.3-1.5x slower than this one (32 per 4).
 #include <cuda_runtime.h>
 
 #include <algorithm>
