@@ -35,45 +35,16 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/runtime/registry.cuh"
-#include "cuda/runtime/cuda_check.cuh"
+#include "cuda/kernels/igemm_tiles.cuh"
 #include "cuda/runtime/mma_tf32.cuh"
+#include "cuda/runtime/registry.cuh"
 
 namespace pyconv {
 namespace {
 
-constexpr int BM = 128;           // output pixels per block (GEMM rows)
-constexpr int BK = 32;            // depth per pipeline stage
-constexpr int STAGES = 3;         // cp.async stages in flight: STAGES - 1 chunks load while one is multiplied
-constexpr int THREADS = 128;      // 4 warps
-constexpr int LDA = BK + 4;       // row pitch (words) of the A (pixel) and B (channel) tiles: conflict-free
-constexpr int LDC = BM + 4;       // row pitch (words) of the output staging tile: conflict-free fragment stores
-constexpr size_t kSmemLimit = 220 * 1024;  // per block, opted in (sm_90 allows 227 KB)
+using namespace igemm;  // BM = 128 pixels, BK = 32 taps per stage, 3 stages, pitches LDA and LDC
+constexpr int THREADS = 128;  // 4 warps
 
-struct IgemmParams {
-  long long pixels;  // B * Ho * Wo: the GEMM rows
-  int C, H, W, M, K, Ho, Wo;
-  int P;             // Ho * Wo
-  int chw;           // C * H * W: one input image
-  int ckk;           // C * K * K: the GEMM depth
-  int ckk8;          // ckk rounded up to 8: the depth the MMAs read (the rest of the last chunk is skipped)
-  int kchunks;       // ceil(ckk / BK)
-  int m_blocks;      // ceil(M / BN)
-  bool vec4;         // P % 4 == 0: four consecutive pixels of a tile are one aligned float4 of y
-};
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-
-// 4-byte asynchronous copy; valid == false writes a zero and reads nothing.
-__device__ __forceinline__ void cp_async4(uint32_t dst, const float* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
 __device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& r0, uint32_t& r1) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
 }
@@ -84,7 +55,7 @@ __device__ __forceinline__ uint32_t rna(uint32_t bits) { return to_tf32(__uint_a
 template <int BN>
 __global__ void __launch_bounds__(THREADS)
     conv18_igemm_kernel(const float* __restrict__ x, const float* __restrict__ k, float* __restrict__ y,
-                        const IgemmParams p) {
+                        const Params p) {
   static_assert(BN == 8 || BN == 16 || BN == 32 || BN == 64, "BN is one of the tile widths pick() offers");
   constexpr int WARPS_N = BN == 64 ? 2 : 1, WARPS_M = 4 / WARPS_N;
   constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N, MT = WM / 16, NT = WN / 8;
@@ -104,19 +75,7 @@ __global__ void __launch_bounds__(THREADS)
   const int r_first = int(p0 - b_first * p.P);  // pixel index of p0 inside its image
   const float* xt = x + b_first * (long long)p.chw;
 
-  // Tap table, stored so that a lane with tap-lane kl reads its 8 taps of a chunk (4*kg + kl) as two int4.
-  // -1: past C*K*K (zero-filled).
-  const int KK = p.K * p.K;
-  for (int i = tid; i < p.kchunks * BK; i += THREADS) {
-    const int kb = i / BK, kl = (i % BK) / 8, kg = i % 8;
-    const int kk = kb * BK + 4 * kg + kl;
-    int off = -1;
-    if (kk < p.ckk) {
-      const int c = kk / KK, q = kk % KK;
-      off = (c * p.H + q / p.K) * p.W + q % p.K;
-    }
-    s_kofs[i] = off;
-  }
+  build_tap_table<THREADS>(s_kofs, p, -1);  // -1 past C*K*K: zero-filled
   // Gather roles: each warp instruction copies 8 pixels (pl) x 4 consecutive taps (kl); a lane owns pixels
   // 32*warp + 8*i + pl (i < 4) of the tile: their window's top-left offset from xt, -1 past the batch.
   const int pl = lane & 7, kl = lane >> 3;
@@ -141,7 +100,7 @@ __global__ void __launch_bounds__(THREADS)
     const int4 lo = *reinterpret_cast<const int4*>(s_kofs + kb * BK + kl * 8);
     const int4 hi = *reinterpret_cast<const int4*>(s_kofs + kb * BK + kl * 8 + 4);
     const int ko[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-    const int kread = p.ckk8 - kb * BK;  // taps of this chunk the MMAs read (the others are never looked at)
+    const int kread = p.ckk_mma - kb * BK;  // taps of this chunk the MMAs read (the others are never looked at)
     const uint32_t a_lane = a_s + uint32_t((32 * warp + pl) * LDA + kl) * 4;
 #pragma unroll
     for (int kg = 0; kg < 8; ++kg) {
@@ -190,7 +149,7 @@ __global__ void __launch_bounds__(THREADS)
     }
     const uint32_t a_s = smem_base + uint32_t((kb % STAGES) * STAGE_FLOATS) * 4;
     const uint32_t b_s = a_s + A_FLOATS * 4;
-    const int ksub = min(BK / 8, (p.ckk8 - kb * BK) / 8);
+    const int ksub = min(BK / 8, (p.ckk_mma - kb * BK) / 8);
 #pragma unroll
     for (int kk = 0; kk < BK / 8; ++kk) {
       if (kk >= ksub) break;  // block-uniform: past the padded depth
@@ -234,34 +193,12 @@ __global__ void __launch_bounds__(THREADS)
       cs[(n + 1) * LDC + px + 8] = acc[mt][nt][3];
     }
   __syncthreads();
-  // A warp writes 128 consecutive pixels of one channel (runs break only where the tile crosses an image).
-  if (p.vec4) {
-    for (int e = tid; e < BN * BM / 4; e += THREADS) {
-      const int n = e / (BM / 4), lp = 4 * (e % (BM / 4)), m = n0 + n;
-      if (m >= p.M || p0 + lp >= p.pixels) continue;  // pixels % 4 == 0: the whole float4 is in or out
-      int r = r_first + lp;
-      const int db = r / p.P;
-      r -= db * p.P;
-      const float4 v = *reinterpret_cast<const float4*>(cs + n * LDC + lp);
-      __stcs(reinterpret_cast<float4*>(y + ((b_first + db) * p.M + m) * (long long)p.P + r), v);
-    }
-  } else {
-    for (int e = tid; e < BN * BM; e += THREADS) {
-      const int n = e / BM, lp = e % BM, m = n0 + n;
-      if (m >= p.M || p0 + lp >= p.pixels) continue;
-      int r = r_first + lp;
-      const int db = r / p.P;
-      r -= db * p.P;
-      __stcs(y + ((b_first + db) * p.M + m) * (long long)p.P + r, cs[n * LDC + lp]);
-    }
-  }
+  store_tile<BN, THREADS>(cs, y, p, p0, n0);
 }
-
-using IgemmKernel = void (*)(const float*, const float*, float*, const IgemmParams);
 
 struct Config {
   int bn;
-  IgemmKernel kernel;
+  Kernel kernel;
 };
 
 // The narrowest tile that holds M (wider M runs as several channel blocks of 64).
@@ -275,56 +212,20 @@ const Config& pick(int64_t M) {
   return configs[3];
 }
 
-size_t smem_bytes(const IgemmParams& p, int bn) {
-  return size_t(STAGES) * (BM + bn) * LDA * 4 + size_t(p.kchunks) * BK * 4;
-}
-
-std::string plan(const ConvShape& s, IgemmParams& p) {
-  const int64_t chw = s.C * s.H * s.W, ckk = s.C * s.K * s.K;
-  // Offsets inside one tile span up to 129 images (a tile of 128 one-pixel images plus its window).
-  if (chw * (BM + 1) > INT_MAX || s.M * ckk > INT_MAX)
-    return "gpu-tensor-core-igemm: an image of " + std::to_string(chw) + " floats or weights of " +
-           std::to_string(s.M * ckk) + " floats exceed its 32-bit offsets";
-  const Config& c = pick(s.M);
-  p.C = int(s.C); p.H = int(s.H); p.W = int(s.W); p.M = int(s.M); p.K = int(s.K);
-  p.Ho = int(s.Ho()); p.Wo = int(s.Wo()); p.P = p.Ho * p.Wo;
-  p.pixels = s.B * int64_t(p.P);
-  p.chw = int(chw);
-  p.ckk = int(ckk);
-  p.ckk8 = int((ckk + 7) / 8 * 8);
-  p.kchunks = int((ckk + BK - 1) / BK);
-  p.m_blocks = int((s.M + c.bn - 1) / c.bn);
-  p.vec4 = p.P % 4 == 0;
-  if (smem_bytes(p, c.bn) > kSmemLimit)
-    return "gpu-tensor-core-igemm: a depth of " + std::to_string(ckk) + " taps needs a tap table beyond " +
-           std::to_string(kSmemLimit / 1024) + " KB of shared memory";
-  const int64_t tiles = (p.pixels + BM - 1) / BM;
-  if (tiles * p.m_blocks > INT_MAX)
-    return "gpu-tensor-core-igemm: " + std::to_string(tiles * p.m_blocks) + " blocks exceed the grid";
-  return "";
-}
+constexpr const char* kName = "gpu-tensor-core-igemm";
+constexpr int kStep = 8;  // m16n8k8 TF32: the depth is padded with zeros to 8
 
 }  // namespace
 
 std::string conv_supports_gpu_tensor_core_igemm(const ConvShape& s) {
-  IgemmParams p{};
-  return plan(s, p);
+  igemm::Params p{};
+  return igemm::plan(s, p, kName, pick(s.M).bn, kStep);
 }
 
 void conv_fwd_gpu_tensor_core_igemm(const float* x, const float* k, float* y, const ConvShape& s,
                                     cudaStream_t st) {
-  IgemmParams p{};
-  const std::string why = plan(s, p);
-  if (!why.empty()) throw std::invalid_argument(why);
-  if (p.pixels == 0 || s.M == 0) return;
   const Config& c = pick(s.M);
-  const size_t smem = smem_bytes(p, c.bn);
-  CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  // One block per (128-pixel tile, channel block), channel blocks fastest: blocks resident together cover
-  // neighbouring rows of the same images, whose K*K shifted reads then hit L2.
-  const long long blocks = (p.pixels + BM - 1) / BM * p.m_blocks;
-  c.kernel<<<unsigned(blocks), THREADS, smem, st>>>(x, k, y, p);
-  CUDA_CHECK_LAUNCH();
+  igemm::launch(c.kernel, THREADS, x, k, y, s, st, kName, c.bn, kStep);
 }
 
 // One TF32 rounding per operand (relative 2^-11), as step 13: held to the same 2e-3. Final uses it only where

@@ -31,14 +31,15 @@
 // Measured (results/bench-nvidia-h200-2026-11-24-sweep-step25.json, `invoke bench --sweep`, H200, batch 10000):
 // s02 4.62 ms (cuDNN FP32 2.61; step 17 9.17), s35 43.5 (30.5; 71.5), s00 161 (459; 317), s03 22.5 (32.6; 42.9);
 // the best float32 variant on 22 of the 80 rows, 1.5-2.0x step 17 on the wide-M, deep rows. Three times the
-// prediction. Nsight Compute on s35 at batch 400 (one launch): L1/TEX throughput 75% ("memory more heavily
-// utilized than compute": the 4-byte gather copies and the ldmatrix of float32 tiles), issue slots 53% busy,
-// occupancy 25% (2 blocks of 8 warps: 128 registers, 83 KB of shared memory each), 1.03 eligible warps per
-// scheduler. Tried and not kept (same sweep, H200): no register bound (140-189 registers, fewer warps): slower
-// or equal on every row; the weights split once per chunk into FP16 half tiles (each weight split once, not by
-// each of the 4 warps along pixels): 3-15% slower (a wait and a split pass per chunk after the MMAs). The first
-// form's gather (zero-fill tests and 64-bit pointers per copy: 85 SASS instructions per 4 copies, spilled) was
-// 1.3-1.5x slower than this one (32 per 4).
+// prediction. Nsight Compute on s35 at batch 400 (one launch, under ncu's locked clocks: 2.34 ms): issue slots 60%
+// busy, L1/TEX throughput 57% (the 4-byte gather copies and the ldmatrix of float32 tiles), occupancy 25% (2 blocks
+// of 8 warps: the 128 registers allow no more; 88 KB of shared memory each), 1.31 eligible warps per scheduler:
+// latency- and issue-bound together, neither at its limit. Tried and not kept (step-25-only sweeps, H200):
+// - no register bound (140-189 registers, fewer warps): slower or equal on every row (-sweep-step25-gather.json);
+// - the weights split once per chunk into FP16 half tiles (each weight split once, not by each of the 4 warps
+//   along pixels): 3-15% slower, a wait and a split pass per chunk after the MMAs (-sweep-step25-split-weights.json);
+// - the first form's gather, zero-fill tests and 64-bit pointers per copy (85 SASS instructions per 4 copies, and
+//   spills): 1.3-1.5x slower than this one, 32 per 4 (-sweep-step25-first.json).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -47,44 +48,14 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/runtime/cuda_check.cuh"
+#include "cuda/kernels/igemm_tiles.cuh"
 #include "cuda/runtime/mma_f16.cuh"
 #include "cuda/runtime/registry.cuh"
 
 namespace pyconv {
 namespace {
 
-constexpr int BM = 128;       // output pixels per block (GEMM rows)
-constexpr int BK = 32;        // depth (taps) per pipeline stage: two m16n8k16 k-steps
-constexpr int STAGES = 3;     // cp.async stages: STAGES - 1 chunks load while one is multiplied
-constexpr int LDA = BK + 4;   // row pitch (words) of the A (pixel) and B (filter) tiles: conflict-free
-constexpr int LDC = BM + 4;   // row pitch (words) of the output staging tile
-constexpr size_t kSmemLimit = 220 * 1024;
-
-struct Params {
-  long long pixels;  // B * Ho * Wo: the GEMM rows
-  int C, H, W, M, K, Ho, Wo;
-  int P;         // Ho * Wo
-  int chw;       // C * H * W: one input image
-  int ckk;       // C * K * K: the GEMM depth
-  int ckk16;     // ckk rounded up to 16: the depth the MMAs read
-  int kchunks;   // ceil(ckk / BK)
-  int m_blocks;  // ceil(M / BN)
-  bool vec4;     // P % 4 == 0: four consecutive pixels of a tile are one aligned float4 of y
-};
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-
-// 4-byte asynchronous copy; valid == false writes a zero and reads nothing.
-__device__ __forceinline__ void cp_async4(uint32_t dst, const float* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
+using namespace igemm;  // BM = 128 pixels, BK = 32 taps per stage, 3 stages, pitches LDA and LDC
 
 // Two float32 words (as loaded) -> the hi and lo halves of one fragment register, `a` in the low half.
 __device__ __forceinline__ uint2 split_pair(uint32_t a, uint32_t b) {
@@ -119,20 +90,10 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
   const int r_first = int(p0 - b_first * p.P);  // pixel index of p0 inside its image
   const float* xt = x + b_first * (long long)p.chw;
 
-  // Tap table as in step 18, [chunk][tap-lane kl][kg]: the offset of tap 4*kg + kl from a window's top-left input.
-  // Taps past C*K*K read the window's top-left input itself (offset 0): their weights are 0, and an inf or NaN
-  // there only reaches the output whose window holds it anyway, so the gather needs no zero-fill and no test.
-  const int KK = p.K * p.K;
-  for (int i = tid; i < p.kchunks * BK; i += T::THREADS) {
-    const int kb = i / BK, kl = (i % BK) / 8, kg = i % 8;
-    const int kk = kb * BK + 4 * kg + kl;
-    int off = 0;
-    if (kk < p.ckk) {
-      const int c = kk / KK, q = kk % KK;
-      off = (c * p.H + q / p.K) * p.W + q % p.K;
-    }
-    s_kofs[i] = off;
-  }
+  // The tap table (igemm_tiles.cuh). Taps past C*K*K read the window's top-left input itself (offset 0): their
+  // weights are 0, and an inf or NaN there only reaches the output whose window holds it anyway, so the gather
+  // needs no zero-fill and no test.
+  build_tap_table<T::THREADS>(s_kofs, p, 0);
   // Gather roles: each warp instruction copies 8 pixels (pl) x 4 consecutive taps (kl). Warp w owns pixels
   // 32*(w % 4) + 8*i + pl (i < 4) and tap groups kg0 .. kg0 + KG - 1 of every chunk (the second row of warps, when
   // there is one, the upper half). A pixel past the batch gathers the batch's last pixel (its outputs are never
@@ -156,7 +117,7 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
   auto load_stage = [&](int kb, int s) {
     const uint32_t a_s = smem_base + uint32_t(s * T::STAGE_FLOATS) * 4;
     const uint32_t b_s = a_s + T::A_FLOATS * 4;
-    const int kread = p.ckk16 - kb * BK;  // taps of this chunk the MMAs read (the others are never looked at)
+    const int kread = p.ckk_mma - kb * BK;  // taps of this chunk the MMAs read (the others are never looked at)
     const uint32_t a_lane = a_s + uint32_t((32 * pw + pl) * LDA + kl + 4 * kg0) * 4;
     const int* kofs = s_kofs + kb * BK + kl * 8 + kg0;
 #pragma unroll 1  // rolled: unrolled, all 4 x KG 64-bit source addresses were live at once and spilled
@@ -208,7 +169,7 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
     }
     const uint32_t a_s = smem_base + uint32_t((kb % STAGES) * T::STAGE_FLOATS) * 4;
     const uint32_t b_s = a_s + T::A_FLOATS * 4;
-    const int ksub = min(BK / 16, (p.ckk16 - kb * BK) / 16);
+    const int ksub = min(BK / 16, (p.ckk_mma - kb * BK) / 16);
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
       if (kk >= ksub) break;  // block-uniform: past the padded depth
@@ -265,31 +226,8 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
       cs[(n + 1) * LDC + px + 8] = d[3];
     }
   __syncthreads();
-  // A warp writes runs of consecutive pixels of one filter (broken only where the tile crosses an image);
-  // streaming stores: y is written once and is larger than L2, so x's rows stay there.
-  if (p.vec4) {
-    for (int e = tid; e < BN * BM / 4; e += T::THREADS) {
-      const int n = e / (BM / 4), lp = 4 * (e % (BM / 4)), m = n0 + n;
-      if (m >= p.M || p0 + lp >= p.pixels) continue;  // pixels % 4 == 0: the whole float4 is in or out
-      int r = r_first + lp;
-      const int db = r / p.P;
-      r -= db * p.P;
-      const float4 v = *reinterpret_cast<const float4*>(cs + n * LDC + lp);
-      __stcs(reinterpret_cast<float4*>(y + ((b_first + db) * p.M + m) * (long long)p.P + r), v);
-    }
-  } else {
-    for (int e = tid; e < BN * BM; e += T::THREADS) {
-      const int n = e / BM, lp = e % BM, m = n0 + n;
-      if (m >= p.M || p0 + lp >= p.pixels) continue;
-      int r = r_first + lp;
-      const int db = r / p.P;
-      r -= db * p.P;
-      __stcs(y + ((b_first + db) * p.M + m) * (long long)p.P + r, cs[n * LDC + lp]);
-    }
-  }
+  store_tile<BN, T::THREADS>(cs, y, p, p0, n0);
 }
-
-using Kernel = void (*)(const float*, const float*, float*, const Params);
 
 struct Config {
   int bn, threads;
@@ -308,55 +246,19 @@ const Config& pick(int64_t M) {
   return configs[5];
 }
 
-size_t smem_bytes(const Params& p, int bn) {
-  return size_t(STAGES) * (BM + bn) * LDA * 4 + size_t(p.kchunks) * BK * 4;
-}
-
-std::string plan(const ConvShape& s, Params& p) {
-  const int64_t chw = s.C * s.H * s.W, ckk = s.C * s.K * s.K;
-  // Offsets inside one tile span up to 129 images (a tile of 128 one-pixel images plus its window).
-  if (chw * (BM + 1) > INT_MAX || s.M * ckk > INT_MAX)
-    return "gpu-split-f16-igemm: an image of " + std::to_string(chw) + " floats or weights of " +
-           std::to_string(s.M * ckk) + " floats exceed its 32-bit offsets";
-  const Config& c = pick(s.M);
-  p.C = int(s.C); p.H = int(s.H); p.W = int(s.W); p.M = int(s.M); p.K = int(s.K);
-  p.Ho = int(s.Ho()); p.Wo = int(s.Wo()); p.P = p.Ho * p.Wo;
-  p.pixels = s.B * int64_t(p.P);
-  p.chw = int(chw);
-  p.ckk = int(ckk);
-  p.ckk16 = int((ckk + 15) / 16 * 16);
-  p.kchunks = int((ckk + BK - 1) / BK);
-  p.m_blocks = int((s.M + c.bn - 1) / c.bn);
-  p.vec4 = p.P % 4 == 0;
-  if (smem_bytes(p, c.bn) > kSmemLimit)
-    return "gpu-split-f16-igemm: a depth of " + std::to_string(ckk) + " taps needs a tap table beyond " +
-           std::to_string(kSmemLimit / 1024) + " KB of shared memory";
-  const int64_t tiles = (p.pixels + BM - 1) / BM;
-  if (tiles * p.m_blocks > INT_MAX)
-    return "gpu-split-f16-igemm: " + std::to_string(tiles * p.m_blocks) + " blocks exceed the grid";
-  return "";
-}
+constexpr const char* kName = "gpu-split-f16-igemm";
+constexpr int kStep = 16;  // m16n8k16: the depth is padded to 16 (weights 0 there)
 
 }  // namespace
 
 std::string conv_supports_gpu_split_f16_igemm(const ConvShape& s) {
-  Params p{};
-  return plan(s, p);
+  igemm::Params p{};
+  return igemm::plan(s, p, kName, pick(s.M).bn, kStep);
 }
 
 void conv_fwd_gpu_split_f16_igemm(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st) {
-  Params p{};
-  const std::string why = plan(s, p);
-  if (!why.empty()) throw std::invalid_argument(why);
-  if (p.pixels == 0 || s.M == 0) return;
   const Config& c = pick(s.M);
-  const size_t smem = smem_bytes(p, c.bn);
-  CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  // One block per (128-pixel tile, filter block), filter blocks fastest: blocks resident together cover
-  // neighbouring rows of the same images, whose K*K shifted reads then hit L2.
-  const long long blocks = (p.pixels + BM - 1) / BM * p.m_blocks;
-  c.kernel<<<unsigned(blocks), c.threads, smem, st>>>(x, k, y, p);
-  CUDA_CHECK_LAUNCH();
+  igemm::launch(c.kernel, c.threads, x, k, y, s, st, kName, c.bn, kStep);
 }
 
 PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
@@ -367,4 +269,5 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .supports = conv_supports_gpu_split_f16_igemm,
     .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
 });
+
 }  // namespace pyconv
