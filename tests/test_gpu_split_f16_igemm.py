@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from built_variants import needs
-from gpu_helpers import check_beyond_fp16_range, check_shape, requires_gpu
+from gpu_helpers import check_beyond_fp16_range, check_shape, gpu, requires_gpu, requires_gpu_module
 
 NAME = "gpu-split-f16-igemm"
 SEED = 2525
@@ -52,3 +52,20 @@ def test_edge_shapes_match_reference(shape):
 @pytest.mark.gpu
 def test_beyond_fp16_range_is_never_a_wrong_number():
     check_beyond_fp16_range(NAME, SEED)
+
+
+@requires_gpu_module
+@pytest.mark.parametrize("shape", [(10000, 15, 24, 24, 38, 7), (10000, 24, 46, 46, 64, 7), (10000, 32, 96, 96, 64, 7)])
+def test_shapes_the_other_split_steps_refuse_are_supported(shape):
+    """supports() is host code (no GPU needed): the weights stream through shared memory a chunk at a time, so the
+    shapes steps 20 and 21 refuse at batch 10000 (the sweep's s02 and s35, and the largest the sweep can draw)
+    run here."""
+    g = gpu()
+    assert g.why_unsupported("gpu-split-f16", *shape) != "" and g.why_unsupported("gpu-split-f16-lean", *shape) != ""
+    assert g.why_unsupported(NAME, *shape) == ""
+
+
+@requires_gpu_module
+def test_a_depth_beyond_the_tap_table_is_refused_in_one_line():
+    why = gpu().why_unsupported(NAME, 1, 2000, 24, 24, 38, 7)
+    assert why == f"{NAME}: a depth of 98000 taps needs a tap table beyond 220 KB of shared memory"
