@@ -35,7 +35,9 @@
 // busy, L1/TEX throughput 57% (the 4-byte gather copies and the ldmatrix of float32 tiles), occupancy 25% (2 blocks
 // of 8 warps: the 128 registers allow no more; 88 KB of shared memory each), 1.31 eligible warps per scheduler:
 // latency- and issue-bound together, neither at its limit. Tried and not kept (step-25-only sweeps, H200):
-// - no register bound (140-189 registers, fewer warps): slower or equal on every row (-sweep-step25-gather.json);
+// - no register bound (-sweep-step25-gather.json, the -x1 rows): BN >= 48 1.24-1.47x slower (189 and 146
+//   registers: one block of 8 warps per SM), BN = 24 and below within 2%, BN = 32 up to 8% faster (140 registers:
+//   still 3 blocks of 4 warps, shared memory's limit). The bound stays; BN = 32 could take 3 blocks' worth.
 // - the weights split once per chunk into FP16 half tiles (each weight split once, not by each of the 4 warps
 //   along pixels): 3-15% slower, a wait and a split pass per chunk after the MMAs (-sweep-step25-split-weights.json);
 // - the first form's gather, zero-fill tests and 64-bit pointers per copy (85 SASS instructions per 4 copies, and
