@@ -60,13 +60,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
-#include <map>
 #include <mutex>
 #include <string>
-#include <tuple>
 
 #include "cuda/kernels/fallback_steps.cuh"
 #include "cuda/kernels/fast_div.cuh"
+#include "cuda/kernels/first_layer.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/registry.cuh"
 
@@ -485,29 +484,15 @@ std::string make_plan(const TIn* x, const float* y, const ConvShape& s, Plan& ou
   const size_t smem = (2 * kSlots + 2) * sizeof(uint64_t) + size_t(p.w_floats) * 4 + size_t(kSlots) * p.slot_floats * 4 +
                       (elt == 1 ? size_t(kRawSlots) * p.raw_stride : 0);
 
-  int dev = 0, sms = 0, optin = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (smem > size_t(optin)) return "the image ring does not fit in shared memory";
   const void* kernel = kernel_for<TIn>(cfg, mb);
   const bool c_as_b = cfg.name == 'c' && mb != 3;
   const int threads = ((c_as_b ? 11 : cfg.consumers) + 1) * 32;
-  static std::mutex mu;
-  static std::map<std::tuple<const void*, int>, bool> configured;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    bool& done = configured[{kernel, dev}];
-    if (!done) {
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-      done = true;
-    }
-  }
   // Persistent blocks: as many as are resident at once (config c: two per SM where both rings fit).
-  int per_sm = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  if (per_sm < 1) return "the block does not fit on an SM";
-  const long long blocks = std::min<long long>(s.B, (long long)sms * std::min(per_sm, c_as_b ? 1 : cfg.min_blocks));
+  const first_layer::Residency r = first_layer::residency(kernel, threads, smem);
+  if (smem > r.optin) return "the image ring does not fit in shared memory";
+  if (r.per_sm < 1) return "the block does not fit on an SM";
+  const long long blocks =
+      std::min<long long>(s.B, (long long)r.sms * std::min(r.per_sm, c_as_b ? 1 : cfg.min_blocks));
   const long long per_block = (s.B + blocks - 1) / blocks;
   const long long ipi = (long long)p.groups * p.TH * p.TW;
   if (per_block * ipi + 32 >= (1LL << 31)) return "too many work items per block";

@@ -1,6 +1,7 @@
 // What the fused first-layer kernels on the split-FP16 tensor cores (steps 19 and 24) share: one image at a time
 // per block, fetched with cp.async one image ahead, the pooled outputs staged per filter plane in shared memory
-// and written out coalesced, the pool's NaN-propagating max and the tanh of step 16.
+// and written out coalesced, the pool's NaN-propagating max and the tanh of step 16; and the persistent-grid
+// sizing step 16 uses too.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -126,18 +127,22 @@ __device__ __forceinline__ void write_out(const float* stage, TOut* __restrict__
   }
 }
 
-// Launches a persistent kernel (blocks of `threads`, each looping over images b += gridDim.x) with `smem` bytes of
-// dynamic shared memory: as many blocks as fit on the GPU's SMs, at most one per image. Raises the kernel's
-// dynamic shared memory limit to the GPU's opt-in size once per device; `name` heads the errors.
-inline void launch_persistent(const void* kernel, const char* name, int threads, size_t smem, long long images,
-                              void** args, cudaStream_t st) {
-  int dev = 0, sms = 0, optin = 0;
+// Where persistent blocks of `kernel` (`threads` each, `smem` bytes of dynamic shared memory) stand on the current
+// device: its SM count, its opt-in shared memory per block, and how many such blocks one SM holds (0 when smem is
+// beyond the opt-in size, or the block does not fit). Raises the kernel's dynamic shared memory limit to the opt-in
+// size once per kernel and device. Steps 16, 19 and 24 size their persistent grids with it.
+struct Residency {
+  int sms = 0, per_sm = 0;
+  size_t optin = 0;
+};
+inline Residency residency(const void* kernel, int threads, size_t smem) {
+  int dev = 0, optin = 0;
+  Residency r;
   CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&r.sms, cudaDevAttrMultiProcessorCount, dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (smem > size_t(optin))
-    throw std::invalid_argument(std::string(name) + ": needs " + std::to_string(smem) +
-                                " bytes of shared memory per block, this GPU allows " + std::to_string(optin));
+  r.optin = size_t(optin);
+  if (smem > r.optin) return r;
   static std::mutex mu;
   static std::map<std::tuple<const void*, int>, bool> configured;
   {
@@ -148,10 +153,20 @@ inline void launch_persistent(const void* kernel, const char* name, int threads,
       done = true;
     }
   }
-  int per_sm = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  if (per_sm < 1) throw std::invalid_argument(std::string(name) + ": the block does not fit on an SM");
-  const long long blocks = std::min<long long>(images, (long long)sms * per_sm);
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.per_sm, kernel, threads, smem));
+  return r;
+}
+
+// Launches a persistent kernel (blocks of `threads`, each looping over images b += gridDim.x) with `smem` bytes of
+// dynamic shared memory: as many blocks as fit on the GPU's SMs, at most one per image. `name` heads the errors.
+inline void launch_persistent(const void* kernel, const char* name, int threads, size_t smem, long long images,
+                              void** args, cudaStream_t st) {
+  const Residency r = residency(kernel, threads, smem);
+  if (smem > r.optin)
+    throw std::invalid_argument(std::string(name) + ": needs " + std::to_string(smem) +
+                                " bytes of shared memory per block, this GPU allows " + std::to_string(r.optin));
+  if (r.per_sm < 1) throw std::invalid_argument(std::string(name) + ": the block does not fit on an SM");
+  const long long blocks = std::min<long long>(images, (long long)r.sms * r.per_sm);
   CUDA_CHECK(cudaLaunchKernel(kernel, dim3(unsigned(blocks)), dim3(threads), args, smem, st));
   CUDA_CHECK_LAUNCH();
 }
