@@ -424,6 +424,76 @@ def test_fc_layers_in_fp16_stay_within_fp16_rounding(conv):
         assert np.mean(labels == got.argmax(axis=1)) > 0.98
 
 
+def _kernels_run(fn) -> list[str] | None:
+    """The names of the kernels `fn` launches, from a CUPTI trace; None where CUPTI is not built or refuses."""
+    from pyconv import native
+    try:
+        cu = native.cupti()
+        cu.start()
+    except (PyconvError, RuntimeError):
+        return None
+    try:
+        fn()
+    finally:
+        cu.stop()
+    return [r["name"] for r in cu.records() if r["kind"] == "kernel"]
+
+
+FUSED_HEAD_CASES = {
+    # (conv M, image side, hidden, classes, rows): the first FC's depth is M * (side - 2)^2
+    "sp19-widths": (16, 20, 140, 10, 257),  # depth 5184 as sp19's; 257 rows: the last cluster holds one
+    "one-n8-tile": (8, 6, 8, 3, 65),  # depth 128 = 2 k-tiles: two of the four blocks sum nothing
+    "widest": (8, 12, 256, 32, 64),  # depth 800 ends inside a k-tile; 32 classes
+    "odd-tiles": (5, 10, 200, 7, 1),  # 13 n8 tiles per warp (the x2 ldmatrix); one row
+    "depth-not-x8": (3, 7, 140, 10, 33),  # depth 75: 16-byte pieces do not fit, cuBLAS + the head kernel instead
+    "hidden-too-wide": (4, 10, 300, 10, 40),  # beyond 256: cuBLAS + the head kernel instead
+}
+
+
+@requires_gpu
+@pytest.mark.gpu
+@needs_m3_pick
+@pytest.mark.parametrize("case", list(FUSED_HEAD_CASES))
+def test_the_fused_fp16_fc_and_head_match_the_fp16_reference(case):
+    """FcMath FP16 with a head: the FC before it and the head in one kernel on an sm_90 GPU (fc_head_f16), against
+    numpy on the same half operands (the conv's output and W1 rounded to half, products summed in float64), outputs
+    poisoned first by earlier calls on other data; where it does not fit (or the GPU has no clusters), cuBLAS and the
+    head kernel, to the same tolerance. The kernels that ran are read from a CUPTI trace where it is built."""
+    M, side, hidden, classes, rows = FUSED_HEAD_CASES[case]
+    rng = np.random.default_rng(SEED + 12)
+    flat = M * (side - 2) ** 2
+    w1 = (rng.uniform(-1, 1, (hidden, flat)) / np.sqrt(flat / 3)).astype(np.float32)
+    b1 = rng.uniform(-0.5, 0.5, hidden).astype(np.float32)
+    w2 = (rng.uniform(-1, 1, (classes, hidden)) / np.sqrt(hidden / 3)).astype(np.float32)
+    b2 = rng.uniform(-0.5, 0.5, classes).astype(np.float32)
+    conv = Layer("conv", name="c", out_channels=M, kernel=3,
+                 weight=rng.uniform(-0.01, 0.01, (M, 1, 3, 3)).astype(np.float32))
+    model = tiny_net([conv, Layer("flatten"), Layer("fc", name="f1", out_features=hidden, weight=w1, bias=b1),
+                      Layer("tanh"), Layer("fc", name="f2", out_features=classes, weight=w2, bias=b2)],
+                     (1, side, side))
+    net = network_of(model)
+    net.fc_math = "fp16"
+    poison = rng.integers(1, 256, (rows + 70, 1, side, side)).astype(np.uint8)
+    net.logits(poison, [M3_PICK])  # leaves other values in every buffer the call below reuses
+    x = rng.integers(1, 256, (rows, 1, side, side)).astype(np.uint8)
+    got = net.logits(x, [M3_PICK])
+    a = reference.conv2d(x.astype(np.float32), conv.weight).reshape(rows, -1)
+    h = np.tanh(a.astype(np.float16).astype(np.float64) @ w1.astype(np.float16).astype(np.float64).T + b1)
+    ref = h @ w2.astype(np.float64).T + b2
+    assert np.abs(ref).max() > 0.5 and np.isfinite(got).all()
+    ok, msg = close(got, ref, 1e-4, 1e-4)
+    assert ok, f"{case}: {msg}"
+    labels = net.forward(x, [M3_PICK])["labels"]
+    np.testing.assert_array_equal(labels, got.argmax(axis=1))
+    if rows > 8:  # in three parts on two streams: the same labels
+        np.testing.assert_array_equal(net.forward(x, [M3_PICK], chunks=3, streams=2)["labels"], labels)
+    names = _kernels_run(lambda: net.logits(x, [M3_PICK]))
+    if names is not None:
+        fused = any("fc_head_f16_kernel" in n for n in names)
+        sm90 = float(gpu().device_info()["compute_capability"]) >= 9.0
+        assert fused == (sm90 and flat % 8 == 0 and hidden <= 256), f"{case}: {names}"
+
+
 @requires_gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", variant_ids())

@@ -1,8 +1,15 @@
 #include <algorithm>
+#include <atomic>
+#include <climits>
 #include <stdexcept>
 #include <string>
 
+#include <cooperative_groups.h>
+
+#include "cuda/kernels/igemm_tiles.cuh"
+#include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/layers.cuh"
+#include "cuda/runtime/mma_f16.cuh"
 
 namespace pyconv {
 namespace {
@@ -242,6 +249,171 @@ __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const fl
   }
 }
 
+// ---- The FP16 fully connected layer before the head, and the head, in one kernel (sm_90 thread-block clusters) --
+// fc_gemm_f16 + fc_head take two launches per part, and on sp19's parts neither is near its floor: in the pinned
+// trace of results/bench-e2e-nvidia-h200-2026-11-24-sp19-step24-vpairs.json the 1734-row last part spent 12.5 us
+// in cuBLAS's GEMM and 8.1 in the head, ~12 ns per row, where reading the row's 10 KB of half input at the H200's
+// bandwidth takes ~2. Here a cluster of kFusedSplit blocks takes kFusedRows rows: each block multiplies them by W1
+// over a quarter of the depth (so a 2500-row part still fills the GPU: 40 clusters, 160 blocks), the partial sums
+// meet in distributed shared memory, and each block finishes a quarter of the rows: bias, activation, the last
+// layer, argmax.
+constexpr int kFusedSplit = 4;                               // blocks per cluster, one share of the depth each
+constexpr int kFusedRows = 64;                               // rows per cluster
+constexpr int kFusedRowsPerRank = kFusedRows / kFusedSplit;  // rows each block finishes
+constexpr int kFusedBK = 64;                                 // depth (halves) per pipeline stage
+constexpr int kFusedStages = 3;
+constexpr int kFusedThreads = 256;      // 8 warps: 4 along the rows (16 each) x 2 along the hidden width
+constexpr int kFusedLd = kFusedBK + 8;  // halves per tile row: 144 bytes, so ldmatrix's 8 rows hit 8 bank groups
+constexpr int kFusedMaxNt = 16;         // n8 tiles per warp: hidden up to 2 * 8 * 16 = 256
+constexpr int kFusedLogitPitch = kHeadMaxClasses + 1;
+constexpr int kMaxDevices = 64;
+
+size_t fused_head_smem(int nt) {
+  const size_t np = size_t(16 * nt);
+  const size_t pipeline = size_t(kFusedStages) * (kFusedRows + np) * kFusedLd * sizeof(__half);
+  const size_t epilogue =
+      (size_t(kFusedRows) * (np + 4) + kFusedRowsPerRank * np + kFusedRowsPerRank * kFusedLogitPitch) * sizeof(float);
+  return std::max(pipeline, epilogue);
+}
+
+// NT: n8 tiles per warp, the hidden width padded to NP = 16 * NT (<= fc16_rows(hidden), the rows of w16).
+template <int NT>
+__global__ void __launch_bounds__(kFusedThreads) fc_head_f16_kernel(
+    const __half* __restrict__ x, const __half* __restrict__ w16, int64_t rows, int in, int ktiles,
+    const float* __restrict__ b1, Activation act, const float* __restrict__ w2, const float* __restrict__ b2,
+    int hidden, int classes, float* __restrict__ logits, int32_t* __restrict__ labels) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using igemm::cp_async16;
+  using igemm::ldsm_x2;
+  using igemm::ldsm_x4;
+  using igemm::smem_u32;
+  constexpr int NP = 16 * NT;
+  constexpr int A_TILE = kFusedRows * kFusedLd, B_TILE = NP * kFusedLd;  // halves
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  extern __shared__ __align__(16) unsigned char s_fused[];
+  __half* s_a = reinterpret_cast<__half*>(s_fused);  // [stages][kFusedRows][kFusedLd]
+  __half* s_b = s_a + kFusedStages * A_TILE;         // [stages][NP][kFusedLd]
+  const int rank = int(cluster.block_rank());
+  const int64_t row0 = int64_t(blockIdx.x / kFusedSplit) * kFusedRows;
+  const int t0 = int(int64_t(ktiles) * rank / kFusedSplit), ntiles = int(int64_t(ktiles) * (rank + 1) / kFusedSplit) - t0;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wm = warp & 3, wn = warp >> 2;
+
+  // Tile t of the depth into a stage: in % 8 == 0, so each 16-byte piece lies wholly inside the depth or past it
+  // (zeros). Rows past the batch read its last row (their sums are never stored).
+  const auto load = [&](int t, int stage) {
+    const int k0 = t * kFusedBK;
+    const uint32_t a = smem_u32(s_a + stage * A_TILE), b = smem_u32(s_b + stage * B_TILE);
+    for (int i = tid; i < kFusedRows * (kFusedBK / 8); i += kFusedThreads) {
+      const int r = i >> 3, c = (i & 7) * 8;
+      const bool in_k = k0 + c < in;
+      const int64_t gr = row0 + r < rows ? row0 + r : rows - 1;
+      cp_async16(a + uint32_t(r * kFusedLd + c) * 2, x + gr * in + (in_k ? k0 + c : 0), in_k);
+    }
+    for (int i = tid; i < NP * (kFusedBK / 8); i += kFusedThreads) {
+      const int n = i >> 3, c = (i & 7) * 8;
+      const bool in_k = k0 + c < in;
+      cp_async16(b + uint32_t(n * kFusedLd + c) * 2, w16 + int64_t(n) * in + (in_k ? k0 + c : 0), in_k);
+    }
+  };
+
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kFusedStages - 1; ++s) {
+    if (s < ntiles) load(t0 + s, s);
+    cp_async_commit();
+  }
+  // ldmatrix row addresses: A rows wm*16 + lane%16, k half lane/16; B (W1 rows are the MMA's columns) rows
+  // lane%8 (+8 for lanes 16-31, the second n8 tile), k half (lane/8)%2
+  const uint32_t a_off = uint32_t((wm * 16 + (lane & 15)) * kFusedLd + (lane >> 4) * 8) * 2;
+  const uint32_t b_off =
+      uint32_t((wn * 8 * NT + (lane & 7) + ((lane >> 4) << 3)) * kFusedLd + ((lane >> 3) & 1) * 8) * 2;
+  for (int i = 0; i < ntiles; ++i) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(kFusedStages - 2) : "memory");  // tile i has landed
+    __syncthreads();  // ... for every thread, and every thread is done with the stage tile i-1 used
+    if (i + kFusedStages - 1 < ntiles) load(t0 + i + kFusedStages - 1, (i + kFusedStages - 1) % kFusedStages);
+    cp_async_commit();
+    const uint32_t a = smem_u32(s_a + (i % kFusedStages) * A_TILE) + a_off;
+    const uint32_t b = smem_u32(s_b + (i % kFusedStages) * B_TILE) + b_off;
+#pragma unroll
+    for (int kk = 0; kk < kFusedBK / 16; ++kk) {
+      uint32_t af[4];
+      ldsm_x4(a + kk * 32, af[0], af[1], af[2], af[3]);
+#pragma unroll
+      for (int j = 0; j + 1 < NT; j += 2) {
+        uint32_t bf[4];
+        ldsm_x4(b + uint32_t(j * 8 * kFusedLd) * 2 + kk * 32, bf[0], bf[1], bf[2], bf[3]);
+        mma_f16(acc[j], af[0], af[1], af[2], af[3], bf[0], bf[1]);
+        mma_f16(acc[j + 1], af[0], af[1], af[2], af[3], bf[2], bf[3]);
+      }
+      if constexpr (NT % 2 == 1) {
+        uint32_t bf[2];
+        ldsm_x2(b + uint32_t((NT - 1) * 8 * kFusedLd) * 2 + kk * 32, bf[0], bf[1]);
+        mma_f16(acc[NT - 1], af[0], af[1], af[2], af[3], bf[0], bf[1]);
+      }
+    }
+  }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  __syncthreads();  // the pipeline's buffers become the epilogue's
+
+  constexpr int LDP = NP + 4;
+  float* s_p = reinterpret_cast<float*>(s_fused);     // [kFusedRows][LDP] this block's partial sums
+  float* s_h = s_p + kFusedRows * LDP;                // [kFusedRowsPerRank][NP] the finished hidden rows
+  float* s_l = s_h + kFusedRowsPerRank * NP;          // [kFusedRowsPerRank][kFusedLogitPitch] logits
+  {
+    const int g = lane >> 2, q = lane & 3, r = wm * 16 + g;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int col = wn * 8 * NT + j * 8 + 2 * q;
+      *reinterpret_cast<float2*>(s_p + r * LDP + col) = make_float2(acc[j][0], acc[j][1]);
+      *reinterpret_cast<float2*>(s_p + (r + 8) * LDP + col) = make_float2(acc[j][2], acc[j][3]);
+    }
+  }
+  cluster.sync();  // every block's partial sums are in its shared memory
+  // This block's rows: the cluster's sums in rank order, the bias, the activation.
+  const int mine = rank * kFusedRowsPerRank;
+  for (int i = tid; i < kFusedRowsPerRank * hidden; i += kFusedThreads) {
+    const int rr = i / hidden, col = i - rr * hidden;
+    float sum = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kFusedSplit; ++s) sum += cluster.map_shared_rank(s_p, s)[(mine + rr) * LDP + col];
+    s_h[rr * NP + col] = activate(sum + __ldg(b1 + col), act);
+  }
+  cluster.sync();  // no block reads another's partial sums after this: each may finish and exit
+  for (int i = tid; i < kFusedRowsPerRank * classes; i += kFusedThreads) {
+    const int rr = i / classes, c = i - rr * classes;
+    const float* hr = s_h + rr * NP;
+    const float* wc = w2 + int64_t(c) * hidden;
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;  // four chains: the FMA latency, not the count, is the cost
+    int j = 0;
+    for (; j + 3 < hidden; j += 4) {
+      s0 = fmaf(__ldg(wc + j), hr[j], s0);
+      s1 = fmaf(__ldg(wc + j + 1), hr[j + 1], s1);
+      s2 = fmaf(__ldg(wc + j + 2), hr[j + 2], s2);
+      s3 = fmaf(__ldg(wc + j + 3), hr[j + 3], s3);
+    }
+    for (; j < hidden; ++j) s0 = fmaf(__ldg(wc + j), hr[j], s0);
+    const float v = ((s0 + s1) + (s2 + s3)) + __ldg(b2 + c);
+    s_l[rr * kFusedLogitPitch + c] = v;
+    const int64_t row = row0 + mine + rr;
+    if (row < rows) logits[row * classes + c] = v;
+  }
+  __syncthreads();
+  if (tid < kFusedRowsPerRank && row0 + mine + tid < rows) {
+    const float* lr = s_l + tid * kFusedLogitPitch;
+    int best = 0;
+    float bv = lr[0];
+    for (int c = 1; c < classes; ++c) argmax_step(lr[c], c, bv, best);
+    labels[row0 + mine + tid] = best;
+  }
+#else
+  __trap();  // fc_head_f16_fits refuses the GPUs without clusters: never launched there
+#endif
+}
+
 }  // namespace
 
 Activation activation_from_name(const std::string& name) {
@@ -393,6 +565,77 @@ void fc_head(const float* h, int64_t ldh, const float* b1, Activation act, const
   else if (q <= 16) launch(fc_head_kernel<16>);
   else launch(fc_head_kernel<32>);
   CUDA_CHECK_LAUNCH();
+}
+
+bool fc_head_f16_fits(const __half* x, const __half* w16, int64_t in, int64_t hidden, int64_t classes) {
+  if (!(in >= 8 && in % 8 == 0 && in <= INT32_MAX && hidden >= 1 && hidden <= 16 * kFusedMaxNt &&
+        fits_head(hidden, classes) && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+        reinterpret_cast<uintptr_t>(w16) % 16 == 0))
+    return false;
+  // Clusters need sm_90 code: a build for older GPUs only (or one run through the PTX JIT there) holds the trap.
+  // Asked once per device (a host call each time would sit before every part's launches).
+  static std::atomic<int8_t> runs[kMaxDevices] = {};  // 0 not asked yet, 1 yes, -1 no
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= kMaxDevices) return false;
+  if (runs[dev].load() == 0) {
+    cudaFuncAttributes fa{};
+    const bool ok = cudaFuncGetAttributes(&fa, fc_head_f16_kernel<1>) == cudaSuccess && fa.binaryVersion >= 90;
+    cudaGetLastError();
+    runs[dev].store(ok ? 1 : -1);
+  }
+  return runs[dev].load() == 1;
+}
+
+void fc_head_f16(const __half* x, const __half* w16, int64_t rows, int64_t in, const float* b1, Activation act,
+                 const float* w2, const float* b2, float* logits, int32_t* labels, int64_t hidden, int64_t classes,
+                 cudaStream_t st) {
+  if (rows <= 0) return;
+  if (!fc_head_f16_fits(x, w16, in, hidden, classes))
+    throw std::invalid_argument("fc_head_f16: takes a depth that is a multiple of 8, 1.." +
+                                std::to_string(16 * kFusedMaxNt) + " hidden features, the head's classes, 16-byte "
+                                "aligned operands and an sm_90 GPU (got " + std::to_string(in) + " -> " +
+                                std::to_string(hidden) + " -> " + std::to_string(classes) + ")");
+  const int nt = int((hidden + 15) / 16);
+  const int64_t clusters = (rows + kFusedRows - 1) / kFusedRows;
+  if (clusters * kFusedSplit > INT32_MAX) throw std::invalid_argument("fc_head_f16: too many rows");
+  const size_t smem = fused_head_smem(nt);
+  const int ktiles = int((in + kFusedBK - 1) / kFusedBK);
+  auto launch = [&](auto kernel) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(clusters * kFusedSplit));
+    cfg.blockDim = dim3(kFusedThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = kFusedSplit;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, x, w16, rows, int(in), ktiles, b1, act, w2, b2, int(hidden),
+                                  int(classes), logits, labels));
+  };
+  switch (nt) {
+    case 1: launch(fc_head_f16_kernel<1>); break;
+    case 2: launch(fc_head_f16_kernel<2>); break;
+    case 3: launch(fc_head_f16_kernel<3>); break;
+    case 4: launch(fc_head_f16_kernel<4>); break;
+    case 5: launch(fc_head_f16_kernel<5>); break;
+    case 6: launch(fc_head_f16_kernel<6>); break;
+    case 7: launch(fc_head_f16_kernel<7>); break;
+    case 8: launch(fc_head_f16_kernel<8>); break;
+    case 9: launch(fc_head_f16_kernel<9>); break;
+    case 10: launch(fc_head_f16_kernel<10>); break;
+    case 11: launch(fc_head_f16_kernel<11>); break;
+    case 12: launch(fc_head_f16_kernel<12>); break;
+    case 13: launch(fc_head_f16_kernel<13>); break;
+    case 14: launch(fc_head_f16_kernel<14>); break;
+    case 15: launch(fc_head_f16_kernel<15>); break;
+    default: launch(fc_head_f16_kernel<16>); break;
+  }
 }
 
 }  // namespace pyconv
