@@ -265,14 +265,12 @@ constexpr int kFusedStages = 3;
 constexpr int kFusedThreads = 256;      // 8 warps: 4 along the rows (16 each) x 2 along the hidden width
 constexpr int kFusedLd = kFusedBK + 8;  // halves per tile row: 144 bytes, so ldmatrix's 8 rows hit 8 bank groups
 constexpr int kFusedMaxNt = 16;         // n8 tiles per warp: hidden up to 2 * 8 * 16 = 256
-constexpr int kFusedLogitPitch = kHeadMaxClasses + 1;
 constexpr int kMaxDevices = 64;
 
 size_t fused_head_smem(int nt) {
   const size_t np = size_t(16 * nt);
   const size_t pipeline = size_t(kFusedStages) * (kFusedRows + np) * kFusedLd * sizeof(__half);
-  const size_t epilogue =
-      (size_t(kFusedRows) * (np + 4) + kFusedRowsPerRank * np + kFusedRowsPerRank * kFusedLogitPitch) * sizeof(float);
+  const size_t epilogue = size_t(kFusedRows) * (np + 4) * sizeof(float);  // the partial sums
   return std::max(pipeline, epilogue);
 }
 
@@ -289,6 +287,9 @@ __global__ void __launch_bounds__(kFusedThreads) fc_head_f16_kernel(
   using igemm::smem_u32;
   constexpr int NP = 16 * NT;
   constexpr int A_TILE = kFusedRows * kFusedLd, B_TILE = NP * kFusedLd;  // halves
+  constexpr int A_PIECES = kFusedRows * (kFusedBK / 8) / kFusedThreads;  // 16-byte pieces per thread and tile
+  constexpr int B_PIECES = (NP * (kFusedBK / 8) + kFusedThreads - 1) / kFusedThreads;
+  static_assert(kFusedRows * (kFusedBK / 8) % kFusedThreads == 0 && kFusedThreads % (kFusedBK / 8) == 0);
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
   extern __shared__ __align__(16) unsigned char s_fused[];
@@ -296,25 +297,39 @@ __global__ void __launch_bounds__(kFusedThreads) fc_head_f16_kernel(
   __half* s_b = s_a + kFusedStages * A_TILE;         // [stages][NP][kFusedLd]
   const int rank = int(cluster.block_rank());
   const int64_t row0 = int64_t(blockIdx.x / kFusedSplit) * kFusedRows;
-  const int t0 = int(int64_t(ktiles) * rank / kFusedSplit), ntiles = int(int64_t(ktiles) * (rank + 1) / kFusedSplit) - t0;
+  const int t0 = int(int64_t(ktiles) * rank / kFusedSplit);
+  const int ntiles = int(int64_t(ktiles) * (rank + 1) / kFusedSplit) - t0;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wm = warp & 3, wn = warp >> 2;
 
-  // Tile t of the depth into a stage: in % 8 == 0, so each 16-byte piece lies wholly inside the depth or past it
-  // (zeros). Rows past the batch read its last row (their sums are never stored).
-  const auto load = [&](int t, int stage) {
-    const int k0 = t * kFusedBK;
-    const uint32_t a = smem_u32(s_a + stage * A_TILE), b = smem_u32(s_b + stage * B_TILE);
-    for (int i = tid; i < kFusedRows * (kFusedBK / 8); i += kFusedThreads) {
-      const int r = i >> 3, c = (i & 7) * 8;
-      const bool in_k = k0 + c < in;
-      const int64_t gr = row0 + r < rows ? row0 + r : rows - 1;
-      cp_async16(a + uint32_t(r * kFusedLd + c) * 2, x + gr * in + (in_k ? k0 + c : 0), in_k);
-    }
-    for (int i = tid; i < NP * (kFusedBK / 8); i += kFusedThreads) {
-      const int n = i >> 3, c = (i & 7) * 8;
-      const bool in_k = k0 + c < in;
-      cp_async16(b + uint32_t(n * kFusedLd + c) * 2, w16 + int64_t(n) * in + (in_k ? k0 + c : 0), in_k);
+  // This thread's 16-byte pieces of every tile: the same depth offset c in each (kFusedThreads is a multiple of
+  // the 8 pieces of a row), rows tid/8 + 32u. Their sources step by kFusedBK per tile; in % 8 == 0, so a piece lies
+  // wholly inside the depth or past it (zeros). Rows past the batch read its last row (their sums are never stored).
+  const int c = (tid & 7) * 8;
+  const __half* a_src[A_PIECES];
+  uint32_t a_dst[A_PIECES];
+#pragma unroll
+  for (int u = 0; u < A_PIECES; ++u) {
+    const int r = tid / 8 + u * (kFusedThreads / 8);
+    a_src[u] = x + (row0 + r < rows ? row0 + r : rows - 1) * in + int64_t(t0) * kFusedBK + c;
+    a_dst[u] = smem_u32(s_a + r * kFusedLd + c);
+  }
+  const __half* b_src = w16 + int64_t(tid / 8) * in + int64_t(t0) * kFusedBK + c;
+  const uint32_t b_dst = smem_u32(s_b + (tid / 8) * kFusedLd + c);
+  const auto load = [&](int t, int stage) {  // t counts from this block's first tile
+    const bool in_k = (t0 + t) * kFusedBK + c < in;
+    const int64_t k = int64_t(t) * kFusedBK;
+#pragma unroll
+    for (int u = 0; u < A_PIECES; ++u)
+      cp_async16(a_dst[u] + uint32_t(stage * A_TILE) * 2, in_k ? a_src[u] + k : a_src[u], in_k);
+#pragma unroll
+    for (int u = 0; u < B_PIECES; ++u) {
+      const int n = tid / 8 + u * (kFusedThreads / 8);
+      if (n < NP) {
+        const __half* src = b_src + int64_t(u) * (kFusedThreads / 8) * in;
+        cp_async16(b_dst + uint32_t(stage * B_TILE + u * (kFusedThreads / 8) * kFusedLd) * 2, in_k ? src + k : src,
+                   in_k);
+      }
     }
   };
 
@@ -323,7 +338,7 @@ __global__ void __launch_bounds__(kFusedThreads) fc_head_f16_kernel(
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 #pragma unroll
   for (int s = 0; s < kFusedStages - 1; ++s) {
-    if (s < ntiles) load(t0 + s, s);
+    if (s < ntiles) load(s, s);
     cp_async_commit();
   }
   // ldmatrix row addresses: A rows wm*16 + lane%16, k half lane/16; B (W1 rows are the MMA's columns) rows
@@ -331,13 +346,15 @@ __global__ void __launch_bounds__(kFusedThreads) fc_head_f16_kernel(
   const uint32_t a_off = uint32_t((wm * 16 + (lane & 15)) * kFusedLd + (lane >> 4) * 8) * 2;
   const uint32_t b_off =
       uint32_t((wn * 8 * NT + (lane & 7) + ((lane >> 4) << 3)) * kFusedLd + ((lane >> 3) & 1) * 8) * 2;
+  int stage = 0;
   for (int i = 0; i < ntiles; ++i) {
     asm volatile("cp.async.wait_group %0;" ::"n"(kFusedStages - 2) : "memory");  // tile i has landed
     __syncthreads();  // ... for every thread, and every thread is done with the stage tile i-1 used
-    if (i + kFusedStages - 1 < ntiles) load(t0 + i + kFusedStages - 1, (i + kFusedStages - 1) % kFusedStages);
+    const int next = stage == 0 ? kFusedStages - 1 : stage - 1;
+    if (i + kFusedStages - 1 < ntiles) load(i + kFusedStages - 1, next);
     cp_async_commit();
-    const uint32_t a = smem_u32(s_a + (i % kFusedStages) * A_TILE) + a_off;
-    const uint32_t b = smem_u32(s_b + (i % kFusedStages) * B_TILE) + b_off;
+    const uint32_t a = smem_u32(s_a + stage * A_TILE) + a_off;
+    const uint32_t b = smem_u32(s_b + stage * B_TILE) + b_off;
 #pragma unroll
     for (int kk = 0; kk < kFusedBK / 16; ++kk) {
       uint32_t af[4];
@@ -355,14 +372,13 @@ __global__ void __launch_bounds__(kFusedThreads) fc_head_f16_kernel(
         mma_f16(acc[NT - 1], af[0], af[1], af[2], af[3], bf[0], bf[1]);
       }
     }
+    stage = stage == kFusedStages - 1 ? 0 : stage + 1;
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   __syncthreads();  // the pipeline's buffers become the epilogue's
 
   constexpr int LDP = NP + 4;
-  float* s_p = reinterpret_cast<float*>(s_fused);     // [kFusedRows][LDP] this block's partial sums
-  float* s_h = s_p + kFusedRows * LDP;                // [kFusedRowsPerRank][NP] the finished hidden rows
-  float* s_l = s_h + kFusedRowsPerRank * NP;          // [kFusedRowsPerRank][kFusedLogitPitch] logits
+  float* s_p = reinterpret_cast<float*>(s_fused);  // [kFusedRows][LDP] this block's partial sums
   {
     const int g = lane >> 2, q = lane & 3, r = wm * 16 + g;
 #pragma unroll
@@ -373,42 +389,50 @@ __global__ void __launch_bounds__(kFusedThreads) fc_head_f16_kernel(
     }
   }
   cluster.sync();  // every block's partial sums are in its shared memory
-  // This block's rows: the cluster's sums in rank order, the bias, the activation.
-  const int mine = rank * kFusedRowsPerRank;
-  for (int i = tid; i < kFusedRowsPerRank * hidden; i += kFusedThreads) {
-    const int rr = i / hidden, col = i - rr * hidden;
-    float sum = 0.0f;
+  // A warp per row of this block's share: lane l holds hidden features l, l+32, ...: the cluster's sums in rank
+  // order, the bias, the activation; then each class is a warp-wide dot product with W2's row, and lane 0 keeps the
+  // argmax as it goes.
+  constexpr int HV = (NP + 31) / 32;
+  const float* parts[kFusedSplit];
 #pragma unroll
-    for (int s = 0; s < kFusedSplit; ++s) sum += cluster.map_shared_rank(s_p, s)[(mine + rr) * LDP + col];
-    s_h[rr * NP + col] = activate(sum + __ldg(b1 + col), act);
-  }
-  cluster.sync();  // no block reads another's partial sums after this: each may finish and exit
-  for (int i = tid; i < kFusedRowsPerRank * classes; i += kFusedThreads) {
-    const int rr = i / classes, c = i - rr * classes;
-    const float* hr = s_h + rr * NP;
-    const float* wc = w2 + int64_t(c) * hidden;
-    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;  // four chains: the FMA latency, not the count, is the cost
-    int j = 0;
-    for (; j + 3 < hidden; j += 4) {
-      s0 = fmaf(__ldg(wc + j), hr[j], s0);
-      s1 = fmaf(__ldg(wc + j + 1), hr[j + 1], s1);
-      s2 = fmaf(__ldg(wc + j + 2), hr[j + 2], s2);
-      s3 = fmaf(__ldg(wc + j + 3), hr[j + 3], s3);
+  for (int s = 0; s < kFusedSplit; ++s) parts[s] = cluster.map_shared_rank(s_p, s);
+  for (int rr = warp; rr < kFusedRowsPerRank; rr += kFusedThreads / 32) {
+    const int r = rank * kFusedRowsPerRank + rr;
+    const int64_t row = row0 + r;
+    float h[HV];
+#pragma unroll
+    for (int v = 0; v < HV; ++v) {
+      const int col = lane + 32 * v;
+      float sum = 0.0f;
+      if (col < hidden) {
+#pragma unroll
+        for (int s = 0; s < kFusedSplit; ++s) sum += parts[s][r * LDP + col];
+        sum = activate(sum + __ldg(b1 + col), act);
+      }
+      h[v] = sum;  // 0 past the hidden width
     }
-    for (; j < hidden; ++j) s0 = fmaf(__ldg(wc + j), hr[j], s0);
-    const float v = ((s0 + s1) + (s2 + s3)) + __ldg(b2 + c);
-    s_l[rr * kFusedLogitPitch + c] = v;
-    const int64_t row = row0 + mine + rr;
-    if (row < rows) logits[row * classes + c] = v;
-  }
-  __syncthreads();
-  if (tid < kFusedRowsPerRank && row0 + mine + tid < rows) {
-    const float* lr = s_l + tid * kFusedLogitPitch;
     int best = 0;
-    float bv = lr[0];
-    for (int c = 1; c < classes; ++c) argmax_step(lr[c], c, bv, best);
-    labels[row0 + mine + tid] = best;
+    float bv = 0.0f;
+    for (int cl = 0; cl < classes; ++cl) {
+      const float* wc = w2 + int64_t(cl) * hidden;
+      float dot = 0.0f;
+#pragma unroll
+      for (int v = 0; v < HV; ++v) {
+        const int col = lane + 32 * v;
+        if (col < hidden) dot = fmaf(__ldg(wc + col), h[v], dot);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+      const float logit = dot + __ldg(b2 + cl);
+      if (lane == 0 && row < rows) logits[row * classes + cl] = logit;
+      if (cl == 0)
+        bv = logit;
+      else
+        argmax_step(logit, cl, bv, best);
+    }
+    if (lane == 0 && row < rows) labels[row] = best;
   }
+  cluster.sync();  // no block exits while another may still read its partial sums
 #else
   __trap();  // fc_head_f16_fits refuses the GPUs without clusters: never launched there
 #endif
