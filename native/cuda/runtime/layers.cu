@@ -316,7 +316,11 @@ __global__ void __launch_bounds__(kFusedThreads) fc_head_f16_kernel(
   }
   const __half* b_src = w16 + int64_t(tid / 8) * in + int64_t(t0) * kFusedBK + c;
   const uint32_t b_dst = smem_u32(s_b + (tid / 8) * kFusedLd + c);
-  const auto load = [&](int t, int stage) {  // t counts from this block's first tile
+  // Clusters start their share of the depth at different tiles: all of them streaming the same W1 tile at once
+  // queue at the same L2 lines.
+  const int rot = ntiles > 0 ? int((blockIdx.x / kFusedSplit) % unsigned(ntiles)) : 0;
+  const auto load = [&](int i, int stage) {  // the block's i-th tile: t counts from its first tile
+    const int t = i + rot < ntiles ? i + rot : i + rot - ntiles;
     const bool in_k = (t0 + t) * kFusedBK + c < in;
     const int64_t k = int64_t(t) * kFusedBK;
 #pragma unroll
