@@ -253,31 +253,39 @@ __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const fl
 // fc_gemm_f16 + fc_head take two launches per part, and on sp19's parts neither is near its floor: in the pinned
 // trace of results/bench-e2e-nvidia-h200-2026-11-24-sp19-step24-vpairs.json the 1734-row last part spent 12.5 us
 // in cuBLAS's GEMM and 8.1 in the head, ~12 ns per row, where reading the row's 10 KB of half input at the H200's
-// bandwidth takes ~2. Here a cluster of kFusedSplit blocks takes kFusedRows rows: each block multiplies them by W1
+// bandwidth takes ~2. Here a cluster of blocks takes kFusedRows rows: each block multiplies them by W1
 // over a quarter of the depth (so a 2500-row part still fills the GPU: 40 clusters, 160 blocks), the partial sums
 // meet in distributed shared memory, and each block finishes a quarter of the rows: bias, activation, the last
 // layer, argmax.
-constexpr int kFusedSplit = 4;                               // blocks per cluster, one share of the depth each
-constexpr int kFusedRows = 64;                               // rows per cluster
-constexpr int kFusedRowsPerRank = kFusedRows / kFusedSplit;  // rows each block finishes
-constexpr int kFusedBK = 64;                                 // depth (halves) per pipeline stage
-constexpr int kFusedStages = 3;
-constexpr int kFusedThreads = 256;      // 8 warps: 4 along the rows (16 each) x 2 along the hidden width
+constexpr int kFusedMaxSplit = 8;     // blocks per cluster (the portable limit), one share of the depth each
+constexpr int kFusedRows = 64;        // rows per cluster
+constexpr int kFusedBK = 64;          // depth (halves) per pipeline stage
+constexpr int kFusedThreads = 256;    // 8 warps: 4 along the rows (16 each) x 2 along the hidden width
 constexpr int kFusedLd = kFusedBK + 8;  // halves per tile row: 144 bytes, so ldmatrix's 8 rows hit 8 bank groups
-constexpr int kFusedMaxNt = 16;         // n8 tiles per warp: hidden up to 2 * 8 * 16 = 256
+constexpr int kFusedMaxNt = 16;       // n8 tiles per warp: hidden up to 2 * 8 * 16 = 256
 constexpr int kMaxDevices = 64;
+constexpr size_t kFusedSmemBudget = 200 * 1024;  // one block per SM, under sm_90's 227 KB
+
+// Stages of the cp.async pipeline: as many tiles in flight as one block's shared memory holds (up to 8). A skinny
+// GEMM is latency-bound: with 3 stages (two blocks per SM) a 2500-row sp19 part took 41 us on an H200 at 1.0 us per
+// tile, 2x cuBLAS + the head kernel; cuBLAS's own kernel for it keeps 11 stages in flight.
+__host__ __device__ constexpr int fused_stages(int nt) {
+  const int tile = (kFusedRows + 16 * nt) * kFusedLd * 2;
+  const int s = int(kFusedSmemBudget / size_t(tile));
+  return s < 8 ? s : 8;
+}
 
 size_t fused_head_smem(int nt) {
   const size_t np = size_t(16 * nt);
-  const size_t pipeline = size_t(kFusedStages) * (kFusedRows + np) * kFusedLd * sizeof(__half);
+  const size_t pipeline = size_t(fused_stages(nt)) * (kFusedRows + np) * kFusedLd * sizeof(__half);
   const size_t epilogue = size_t(kFusedRows) * (np + 4) * sizeof(float);  // the partial sums
   return std::max(pipeline, epilogue);
 }
 
 // NT: n8 tiles per warp, the hidden width padded to NP = 16 * NT (<= fc16_rows(hidden), the rows of w16).
 template <int NT>
-__global__ void __launch_bounds__(kFusedThreads) fc_head_f16_kernel(
-    const __half* __restrict__ x, const __half* __restrict__ w16, int64_t rows, int in, int ktiles,
+__global__ void __launch_bounds__(kFusedThreads, 1) fc_head_f16_kernel(
+    const __half* __restrict__ x, const __half* __restrict__ w16, int64_t rows, int in, int ktiles, int split,
     const float* __restrict__ b1, Activation act, const float* __restrict__ w2, const float* __restrict__ b2,
     int hidden, int classes, float* __restrict__ logits, int32_t* __restrict__ labels) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -286,6 +294,8 @@ __global__ void __launch_bounds__(kFusedThreads) fc_head_f16_kernel(
   using igemm::ldsm_x4;
   using igemm::smem_u32;
   constexpr int NP = 16 * NT;
+  constexpr int STAGES = fused_stages(NT);
+  static_assert(STAGES >= 3);
   constexpr int A_TILE = kFusedRows * kFusedLd, B_TILE = NP * kFusedLd;  // halves
   constexpr int A_PIECES = kFusedRows * (kFusedBK / 8) / kFusedThreads;  // 16-byte pieces per thread and tile
   constexpr int B_PIECES = (NP * (kFusedBK / 8) + kFusedThreads - 1) / kFusedThreads;
@@ -294,11 +304,11 @@ __global__ void __launch_bounds__(kFusedThreads) fc_head_f16_kernel(
   const cg::cluster_group cluster = cg::this_cluster();
   extern __shared__ __align__(16) unsigned char s_fused[];
   __half* s_a = reinterpret_cast<__half*>(s_fused);  // [stages][kFusedRows][kFusedLd]
-  __half* s_b = s_a + kFusedStages * A_TILE;         // [stages][NP][kFusedLd]
+  __half* s_b = s_a + STAGES * A_TILE;         // [stages][NP][kFusedLd]
   const int rank = int(cluster.block_rank());
-  const int64_t row0 = int64_t(blockIdx.x / kFusedSplit) * kFusedRows;
-  const int t0 = int(int64_t(ktiles) * rank / kFusedSplit);
-  const int ntiles = int(int64_t(ktiles) * (rank + 1) / kFusedSplit) - t0;
+  const int64_t row0 = int64_t(blockIdx.x / unsigned(split)) * kFusedRows;
+  const int t0 = int(int64_t(ktiles) * rank / split);
+  const int ntiles = int(int64_t(ktiles) * (rank + 1) / split) - t0;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wm = warp & 3, wn = warp >> 2;
 
@@ -318,7 +328,7 @@ __global__ void __launch_bounds__(kFusedThreads) fc_head_f16_kernel(
   const uint32_t b_dst = smem_u32(s_b + (tid / 8) * kFusedLd + c);
   // Clusters start their share of the depth at different tiles: all of them streaming the same W1 tile at once
   // queue at the same L2 lines.
-  const int rot = ntiles > 0 ? int((blockIdx.x / kFusedSplit) % unsigned(ntiles)) : 0;
+  const int rot = ntiles > 0 ? int((blockIdx.x / unsigned(split)) % unsigned(ntiles)) : 0;
   const auto load = [&](int i, int stage) {  // the block's i-th tile: t counts from its first tile
     const int t = i + rot < ntiles ? i + rot : i + rot - ntiles;
     const bool in_k = (t0 + t) * kFusedBK + c < in;
@@ -341,7 +351,7 @@ __global__ void __launch_bounds__(kFusedThreads) fc_head_f16_kernel(
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 #pragma unroll
-  for (int s = 0; s < kFusedStages - 1; ++s) {
+  for (int s = 0; s < STAGES - 1; ++s) {
     if (s < ntiles) load(s, s);
     cp_async_commit();
   }
@@ -352,10 +362,10 @@ __global__ void __launch_bounds__(kFusedThreads) fc_head_f16_kernel(
       uint32_t((wn * 8 * NT + (lane & 7) + ((lane >> 4) << 3)) * kFusedLd + ((lane >> 3) & 1) * 8) * 2;
   int stage = 0;
   for (int i = 0; i < ntiles; ++i) {
-    asm volatile("cp.async.wait_group %0;" ::"n"(kFusedStages - 2) : "memory");  // tile i has landed
+    asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");  // tile i has landed
     __syncthreads();  // ... for every thread, and every thread is done with the stage tile i-1 used
-    const int next = stage == 0 ? kFusedStages - 1 : stage - 1;
-    if (i + kFusedStages - 1 < ntiles) load(i + kFusedStages - 1, next);
+    const int next = stage == 0 ? STAGES - 1 : stage - 1;
+    if (i + STAGES - 1 < ntiles) load(i + STAGES - 1, next);
     cp_async_commit();
     const uint32_t a = smem_u32(s_a + stage * A_TILE) + a_off;
     const uint32_t b = smem_u32(s_b + stage * B_TILE) + b_off;
@@ -376,7 +386,7 @@ __global__ void __launch_bounds__(kFusedThreads) fc_head_f16_kernel(
         mma_f16(acc[NT - 1], af[0], af[1], af[2], af[3], bf[0], bf[1]);
       }
     }
-    stage = stage == kFusedStages - 1 ? 0 : stage + 1;
+    stage = stage == STAGES - 1 ? 0 : stage + 1;
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   __syncthreads();  // the pipeline's buffers become the epilogue's
@@ -397,11 +407,9 @@ __global__ void __launch_bounds__(kFusedThreads) fc_head_f16_kernel(
   // order, the bias, the activation; then each class is a warp-wide dot product with W2's row, and lane 0 keeps the
   // argmax as it goes.
   constexpr int HV = (NP + 31) / 32;
-  const float* parts[kFusedSplit];
-#pragma unroll
-  for (int s = 0; s < kFusedSplit; ++s) parts[s] = cluster.map_shared_rank(s_p, s);
-  for (int rr = warp; rr < kFusedRowsPerRank; rr += kFusedThreads / 32) {
-    const int r = rank * kFusedRowsPerRank + rr;
+  // This block finishes rows [r_lo, r_hi) of the cluster's kFusedRows.
+  const int r_lo = kFusedRows * rank / split, r_hi = kFusedRows * (rank + 1) / split;
+  for (int r = r_lo + warp; r < r_hi; r += kFusedThreads / 32) {
     const int64_t row = row0 + r;
     float h[HV];
 #pragma unroll
@@ -409,8 +417,7 @@ __global__ void __launch_bounds__(kFusedThreads) fc_head_f16_kernel(
       const int col = lane + 32 * v;
       float sum = 0.0f;
       if (col < hidden) {
-#pragma unroll
-        for (int s = 0; s < kFusedSplit; ++s) sum += parts[s][r * LDP + col];
+        for (int s = 0; s < split; ++s) sum += cluster.map_shared_rank(s_p, s)[r * LDP + col];
         sum = activate(sum + __ldg(b1 + col), act);
       }
       h[v] = sum;  // 0 past the hidden width
@@ -595,24 +602,36 @@ void fc_head(const float* h, int64_t ldh, const float* b1, Activation act, const
   CUDA_CHECK_LAUNCH();
 }
 
-bool fc_head_f16_fits(const __half* x, const __half* w16, int64_t in, int64_t hidden, int64_t classes) {
-  if (!(in >= 8 && in % 8 == 0 && in <= INT32_MAX && hidden >= 1 && hidden <= 16 * kFusedMaxNt &&
-        fits_head(hidden, classes) && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-        reinterpret_cast<uintptr_t>(w16) % 16 == 0))
-    return false;
-  // Clusters need sm_90 code: a build for older GPUs only (or one run through the PTX JIT there) holds the trap.
-  // Asked once per device (a host call each time would sit before every part's launches).
-  static std::atomic<int8_t> runs[kMaxDevices] = {};  // 0 not asked yet, 1 yes, -1 no
+namespace {
+// Once per device (host calls before every part's launches would sit on the pipeline's path): whether this build
+// runs the kernel there, and the SM count.
+struct FusedDevice {
+  bool runs = false;
+  int sms = 0;
+};
+FusedDevice fused_device() {
+  static std::atomic<int> sms[kMaxDevices] = {};  // 0 not asked yet, -1 does not run, else the SM count
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= kMaxDevices) return false;
-  if (runs[dev].load() == 0) {
+  if (dev < 0 || dev >= kMaxDevices) return {};
+  if (sms[dev].load() == 0) {
+    // Clusters need sm_90 code: a build for older GPUs only (or one run through the PTX JIT there) holds the trap.
     cudaFuncAttributes fa{};
-    const bool ok = cudaFuncGetAttributes(&fa, fc_head_f16_kernel<1>) == cudaSuccess && fa.binaryVersion >= 90;
+    int n = 0;
+    const bool ok = cudaFuncGetAttributes(&fa, fc_head_f16_kernel<1>) == cudaSuccess && fa.binaryVersion >= 90 &&
+                    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0;
     cudaGetLastError();
-    runs[dev].store(ok ? 1 : -1);
+    sms[dev].store(ok ? n : -1);
   }
-  return runs[dev].load() == 1;
+  const int n = sms[dev].load();
+  return {n > 0, n > 0 ? n : 0};
+}
+}  // namespace
+
+bool fc_head_f16_fits(const __half* x, const __half* w16, int64_t in, int64_t hidden, int64_t classes) {
+  return in >= 8 && in % 8 == 0 && in <= INT32_MAX && hidden >= 1 && hidden <= 16 * kFusedMaxNt &&
+         fits_head(hidden, classes) && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(w16) % 16 == 0 && fused_device().runs;
 }
 
 void fc_head_f16(const __half* x, const __half* w16, int64_t rows, int64_t in, const float* b1, Activation act,
@@ -626,24 +645,28 @@ void fc_head_f16(const __half* x, const __half* w16, int64_t rows, int64_t in, c
                                 std::to_string(hidden) + " -> " + std::to_string(classes) + ")");
   const int nt = int((hidden + 15) / 16);
   const int64_t clusters = (rows + kFusedRows - 1) / kFusedRows;
-  if (clusters * kFusedSplit > INT32_MAX) throw std::invalid_argument("fc_head_f16: too many rows");
-  const size_t smem = fused_head_smem(nt);
   const int ktiles = int((in + kFusedBK - 1) / kFusedBK);
+  // One block per SM: the depth is split across as many blocks per cluster as leave the whole grid one wave (a
+  // 2500-row part: 40 clusters of 3 on an H200's 132 SMs), never below 1 or above the tiles.
+  const int split = int(std::max<int64_t>(1, std::min<int64_t>({kFusedMaxSplit, fused_device().sms / clusters,
+                                                                ktiles})));
+  if (clusters * split > INT32_MAX) throw std::invalid_argument("fc_head_f16: too many rows");
+  const size_t smem = fused_head_smem(nt);
   auto launch = [&](auto kernel) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(clusters * kFusedSplit));
+    cfg.gridDim = dim3(unsigned(clusters * split));
     cfg.blockDim = dim3(kFusedThreads);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = kFusedSplit;
+    attr.val.clusterDim.x = unsigned(split);
     attr.val.clusterDim.y = 1;
     attr.val.clusterDim.z = 1;
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, x, w16, rows, int(in), ktiles, b1, act, w2, b2, int(hidden),
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, x, w16, rows, int(in), ktiles, split, b1, act, w2, b2, int(hidden),
                                   int(classes), logits, labels));
   };
   switch (nt) {
