@@ -96,16 +96,6 @@ __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r
                : "r"(addr));
 }
 
-// 16-byte asynchronous copy past L1 (the fused FC head's tiles); valid == false writes zeros and reads nothing.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-
-// Two 8x8 matrices: lanes 0-15 give the row addresses.
-__device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& r0, uint32_t& r1) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
-}
-
 // The tap table, stored so that a lane with tap-lane kl reads its taps 4*kg + kl of a chunk as int4s:
 // s_kofs[chunk][kl][kg] = c*H*W + kh*W + kw of that tap, `pad` past C*K*K. Each of the block's THREADS takes a
 // share.

@@ -106,14 +106,4 @@ inline bool fits_head(int64_t hidden, int64_t classes) {
 void fc_head(const float* h, int64_t ldh, const float* b1, Activation act, const float* w2, const float* b2,
              float* logits, int32_t* labels, int64_t rows, int64_t hidden, int64_t classes, cudaStream_t st);
 
-// FcMath::FP16, the GEMM before the head and the head in one kernel (sm_90: a cluster of 4 blocks splits the depth
-// of 64 rows and sums it in distributed shared memory): for each row r of x[rows][in] (half, as the conv before
-// wrote it), a = act(x[r] W1^T + b1) with W1 = w16[fc16_rows(hidden)][in] (half, products summed in float32 as
-// fc_gemm_f16 does), logits[r] = W2 a + b2 and labels[r] as fc_head. fc_head_f16_fits: what it takes (in a multiple
-// of 8, hidden <= 256, fits_head, 16-byte aligned x and w16, a build with sm_90 code and a GPU that runs it).
-bool fc_head_f16_fits(const __half* x, const __half* w16, int64_t in, int64_t hidden, int64_t classes);
-void fc_head_f16(const __half* x, const __half* w16, int64_t rows, int64_t in, const float* b1, Activation act,
-                 const float* w2, const float* b2, float* logits, int32_t* labels, int64_t hidden, int64_t classes,
-                 cudaStream_t st);
-
 }  // namespace pyconv

@@ -292,18 +292,6 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
             x16 = reinterpret_cast<const __half*>(other);
             y = cur;
           }
-          if (plan.head && si + 2 == nsteps) {
-            const Layer& last = *plan.steps[si + 1].layer;
-            if (fc_head_f16_fits(x16, ly.w16.get(), ly.in_c, ly.out_c, last.out_c)) {
-              // this layer and the head in one kernel: y gets the logits, and the head's step is done
-              fc_head_f16(x16, ly.w16.get(), rows, ly.in_c, ly.b.get(), step.fc_act, last.w.get(), last.b.get(), y,
-                          labels, ly.out_c, last.out_c, st);
-              cur = y;
-              cur_half = false;
-              ++si;
-              break;
-            }
-          }
           if (plan.head && si + 2 == nsteps)  // every padded column: the head reads the first out_c of each row
             fc_gemm_f16(L.blas.get(), x16, ly.w16.get(), y, rows, ly.in_c, fc16_rows(ly.out_c), fc16_rows(ly.out_c),
                         st);
