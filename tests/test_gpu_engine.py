@@ -344,10 +344,12 @@ def test_fc_layers_in_tf32_stay_within_tf32_rounding():
 @requires_gpu
 @pytest.mark.gpu
 @needs_m3_pick
-@pytest.mark.parametrize("hidden, classes", [(30, 10), (40, 10), (140, 10), (140, 13), (300, 7)])
+@pytest.mark.parametrize("hidden, classes", [(30, 10), (40, 10), (64, 10), (100, 7), (140, 10), (140, 13), (256, 16),
+                                             (300, 7)])
 def test_the_head_kernel_matches_the_reference_and_argmax(hidden, classes):
     """The head (FC bias + tanh + last FC + argmax in one kernel): hidden a multiple of 4 up to 256 takes four lanes
-    per row, the others a warp per row; both against the CPU engine's logits, the labels their argmax."""
+    per row (16 from hidden 64 on: one to four 16-byte pieces per lane), the others a warp per row; each against
+    the CPU engine's logits, the labels their argmax."""
     rng = np.random.default_rng(SEED + 11)
     C, H, W = 2, 12, 12
     flat = 4 * 10 * 10

@@ -157,9 +157,10 @@ __global__ void __launch_bounds__(kHeadWarps * 32) fc_head_kernel(const float* _
 // head's time is its fixed costs. QV: 16-byte pieces per lane (ceil(hidden / 16), rounded up to a multiple of 4).
 constexpr int kHeadQuadThreads = 128;
 constexpr int64_t kHeadQuadMaxHidden = 256;
+constexpr int64_t kHeadWideMinPieces = 16;  // hidden >= 64: 16 lanes per row
 constexpr int kHeadQuadMaxWeights = 4096;  // W2 entries (classes x hidden) it takes: 8 float4 loads per thread
 static_assert(kHeadQuadMaxWeights % (4 * kHeadQuadThreads) == 0 && kHeadMaxClasses <= kHeadQuadThreads);
-template <int QV>
+template <int LPR, int QV>
 __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const float* __restrict__ h, int64_t ldh,
                                                                         const float* __restrict__ b1, Activation act,
                                                                         const float* __restrict__ w2,
@@ -192,12 +193,13 @@ __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const fl
     if (threadIdx.x < classes) s_b2[threadIdx.x] = __ldg(b2 + threadIdx.x);
   }
   __syncthreads();
-  const int lane = threadIdx.x % 32, q = lane & 3, sub = lane >> 2;
+  constexpr int RPW = 32 / LPR;  // rows per warp
+  const int lane = threadIdx.x % 32, q = lane % LPR, sub = lane / LPR;
   const int nvec = hidden / 4;
   const int64_t warps = int64_t(gridDim.x) * (kHeadQuadThreads / 32);
   // r0 is the same for the whole warp (the shuffles need every lane); rows past the end compute on zeros
-  for (int64_t r0 = (blockIdx.x * int64_t(kHeadQuadThreads / 32) + threadIdx.x / 32) * 8; r0 < rows;
-       r0 += warps * 8) {
+  for (int64_t r0 = (blockIdx.x * int64_t(kHeadQuadThreads / 32) + threadIdx.x / 32) * RPW; r0 < rows;
+       r0 += warps * RPW) {
     const int64_t r = r0 + sub;
     const bool live = r < rows;
     const float4* hr = reinterpret_cast<const float4*>(h + (live ? r : 0) * ldh);
@@ -205,7 +207,7 @@ __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const fl
     float4 a[QV];
 #pragma unroll
     for (int i = 0; i < QV; ++i) {
-      const int j = q + 4 * i;
+      const int j = q + LPR * i;
       a[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (live && j < nvec) {
         const float4 v = hr[j], bb = bv4[j];
@@ -220,7 +222,7 @@ __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const fl
       float sum = 0.0f;
 #pragma unroll
       for (int i = 0; i < QV; ++i) {
-        const int j = q + 4 * i;
+        const int j = q + LPR * i;
         if (j < nvec) {
           const float4 w = wc[j];
           sum = fmaf(w.x, a[i].x, sum);
@@ -229,10 +231,10 @@ __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const fl
           sum = fmaf(w.w, a[i].w, sum);
         }
       }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+#pragma unroll
+      for (int o = 1; o < LPR; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
       const float v = sum + s_b2[c];
-      if (live && q == (c & 3)) logits[r * classes + c] = v;
+      if (live && q == c % LPR) logits[r * classes + c] = v;
       if (c == 0)
         bv = v;
       else
@@ -373,16 +375,26 @@ void fc_head(const float* h, int64_t ldh, const float* b1, Activation act, const
   const bool aligned = reinterpret_cast<uintptr_t>(h) % 16 == 0 && reinterpret_cast<uintptr_t>(w2) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(b1) % 16 == 0 && ldh % 4 == 0;
   if (hidden % 4 == 0 && hidden <= kHeadQuadMaxHidden && hidden * classes <= kHeadQuadMaxWeights && aligned) {
-    const int64_t quad_blocks = std::min<int64_t>((rows + kHeadQuadThreads / 4 - 1) / (kHeadQuadThreads / 4), 8192);
-    auto launch_quad = [&](auto kernel) {
+    const int64_t nvec = hidden / 4;
+    auto launch_quad = [&](auto kernel, int lpr) {
+      const int64_t rows_per_block = kHeadQuadThreads / lpr;
+      const int64_t quad_blocks = std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, 8192);
       kernel<<<unsigned(quad_blocks), kHeadQuadThreads, smem, st>>>(h, ldh, b1, act, w2, b2, logits, labels, rows,
                                                                     int(hidden), int(classes));
     };
-    const int64_t qv = (hidden + 15) / 16;
-    if (qv <= 4) launch_quad(fc_head_quad_kernel<4>);
-    else if (qv <= 8) launch_quad(fc_head_quad_kernel<8>);
-    else if (qv <= 12) launch_quad(fc_head_quad_kernel<12>);
-    else launch_quad(fc_head_quad_kernel<16>);
+    if (nvec >= kHeadWideMinPieces) {  // 16 lanes per row
+      const int64_t qv = (nvec + 15) / 16;
+      if (qv <= 1) launch_quad(fc_head_quad_kernel<16, 1>, 16);
+      else if (qv <= 2) launch_quad(fc_head_quad_kernel<16, 2>, 16);
+      else if (qv <= 3) launch_quad(fc_head_quad_kernel<16, 3>, 16);
+      else launch_quad(fc_head_quad_kernel<16, 4>, 16);
+    } else {
+      const int64_t qv = (hidden + 15) / 16;
+      if (qv <= 4) launch_quad(fc_head_quad_kernel<4, 4>, 4);
+      else if (qv <= 8) launch_quad(fc_head_quad_kernel<4, 8>, 4);
+      else if (qv <= 12) launch_quad(fc_head_quad_kernel<4, 12>, 4);
+      else launch_quad(fc_head_quad_kernel<4, 16>, 4);
+    }
     CUDA_CHECK_LAUNCH();
     return;
   }
