@@ -146,15 +146,19 @@ __global__ void __launch_bounds__(kHeadWarps * 32) fc_head_kernel(const float* _
   }
 }
 
-// The head with four lanes per row, for hidden a multiple of 4 up to kHeadQuadMaxHidden (sp19: 140): a quad reads
-// its row in 16-byte pieces (lane q takes pieces q, q + 4, ...) and reduces each class in two shuffles, so a warp
-// handles 8 rows at a time; the warp-per-row kernel above spends 5 dependent shuffles per class on one row. sp19's
-// 10000 rows in one pass on an H200 (CUPTI kernel list of a resident pass): 15.4 us with the warp per row, 9.7 us
-// here with W2 filled in 16-byte pieces; at the pipeline's 2500-row parts both take ~9 us (the pinned traces of
-// results/bench-e2e-nvidia-h200-2026-11-24-sp19-trace2.json and -sp19-fc16-4x4.json). Nsight Compute found this
-// grid 0.4 waves full (1250 warps, 73% of cycles without an eligible warp), but 8 lanes per row (twice the warps,
-// half the chain each) measured the same (10.0 us; 14.8 us under Nsight Compute's locked clocks both ways): the
-// head's time is its fixed costs. QV: 16-byte pieces per lane (ceil(hidden / 16), rounded up to a multiple of 4).
+// The head with LPR lanes per row, for hidden a multiple of 4 up to kHeadQuadMaxHidden (sp19: 140): the lanes read
+// their row in 16-byte pieces (lane q takes pieces q, q + LPR, ...) and reduce each class in log2(LPR) shuffles, so a
+// warp handles 32 / LPR rows at a time; the warp-per-row kernel above spends 5 dependent shuffles per class on one
+// row. sp19's 10000 rows in one pass on an H200 (CUPTI kernel list of a resident pass): 15.4 us with the warp per
+// row, 9.7 us with four lanes per row and W2 filled in 16-byte pieces (the pinned traces of
+// results/bench-e2e-nvidia-h200-2026-11-24-sp19-trace2.json and -sp19-fc16-4x4.json). Four lanes per row leave one
+// long chain per warp: Nsight Compute on the sp19 pipeline's last part (1734 rows) counted 1885 instructions per
+// warp (each lane's 36 tanh alone ~900), 55 blocks on the 132 SMs, the SMs active a third of the kernel's 12.7 us.
+// From hidden 64 on it takes 16 lanes per row (3 pieces per lane on sp19), four times the warps on a quarter of
+// the chain each: 8.5 us at 1734 rows and 12.6 at 10000 under Nsight Compute's locked clocks (12.7 and 14.8
+// before); as the last kernel of a pinned call, 6.6 us on a 2500-row part where four lanes took 8.1 on a 1734-row
+// one (results/bench-e2e-nvidia-h200-2026-11-25-sp19-head16.json, -2026-11-24-sp19-step24-vpairs.json). QV:
+// 16-byte pieces per lane, ceil(hidden / (4 LPR)) (LPR 4: rounded up to a multiple of 4).
 constexpr int kHeadQuadThreads = 128;
 constexpr int64_t kHeadQuadMaxHidden = 256;
 constexpr int64_t kHeadWideMinPieces = 16;  // hidden >= 64: 16 lanes per row
