@@ -153,7 +153,8 @@ __global__ void __launch_bounds__(kHeadWarps * 32) fc_head_kernel(const float* _
 // row, 9.7 us with four lanes per row and W2 filled in 16-byte pieces (the pinned traces of
 // results/bench-e2e-nvidia-h200-2026-11-24-sp19-trace2.json and -sp19-fc16-4x4.json). Four lanes per row leave one
 // long chain per warp: Nsight Compute on the sp19 pipeline's last part (1734 rows) counted 1885 instructions per
-// warp (each lane's 36 tanh alone ~900), 55 blocks on the 132 SMs, the SMs active a third of the kernel's 12.7 us.
+// warp (each lane's 36 tanh alone ~900), 55 blocks on the 132 SMs, the SMs active a third of the kernel's 12.7 us
+// (an earlier trial of 8 lanes per row, on the 10000-row pass only, had measured the same as 4 there: 10.0 us).
 // From hidden 64 on it takes 16 lanes per row (3 pieces per lane on sp19), four times the warps on a quarter of
 // the chain each: 8.5 us at 1734 rows and 12.6 at 10000 under Nsight Compute's locked clocks (12.7 and 14.8
 // before); as the last kernel of a pinned call, 6.6 us on a 2500-row part where four lanes took 8.1 on a 1734-row
