@@ -187,10 +187,7 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const int px = wm + mt * 16 + g, n = wn + nt * 8 + 2 * t;
-      cs[n * LDC + px] = acc[mt][nt][0];
-      cs[(n + 1) * LDC + px] = acc[mt][nt][1];
-      cs[n * LDC + px + 8] = acc[mt][nt][2];
-      cs[(n + 1) * LDC + px + 8] = acc[mt][nt][3];
+      stage_fragment(cs, px, n, acc[mt][nt][0], acc[mt][nt][1], acc[mt][nt][2], acc[mt][nt][3]);
     }
   __syncthreads();
   store_tile<BN, THREADS>(cs, y, p, p0, n0);

@@ -222,10 +222,7 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
       float d[4];
 #pragma unroll
       for (int r = 0; r < 4; ++r) d[r] = fmaf(cor[mt][nt][r], kSplitUnscale, acc[mt][nt][r]);
-      cs[n * LDC + px] = d[0];
-      cs[(n + 1) * LDC + px] = d[1];
-      cs[n * LDC + px + 8] = d[2];
-      cs[(n + 1) * LDC + px + 8] = d[3];
+      stage_fragment(cs, px, n, d[0], d[1], d[2], d[3]);
     }
   __syncthreads();
   store_tile<BN, T::THREADS>(cs, y, p, p0, n0);

@@ -114,6 +114,15 @@ __device__ __forceinline__ void build_tap_table(int* s_kofs, const Params& p, in
   }
 }
 
+// One m16n8 accumulator fragment into the staging tile cs[filter][LDC]: d0 (pixel px, filter n), d1 (px, n + 1),
+// d2 (px + 8, n), d3 (px + 8, n + 1), with px = row g of the fragment's 16 pixels and n = its filter 2t.
+__device__ __forceinline__ void stage_fragment(float* cs, int px, int n, float d0, float d1, float d2, float d3) {
+  cs[n * LDC + px] = d0;
+  cs[(n + 1) * LDC + px] = d1;
+  cs[n * LDC + px + 8] = d2;
+  cs[(n + 1) * LDC + px + 8] = d3;
+}
+
 // Writes a finished tile staged in shared memory as cs[filter][LDC] (pixel lp of the tile at column lp) to y: a
 // warp writes runs of consecutive pixels of one filter (broken only where the tile crosses an image), float4 when
 // Ho*Wo % 4 == 0, each of the block's THREADS taking a share. Streaming stores: y is written once and is larger than L2, so x's rows stay there.
