@@ -319,13 +319,14 @@ PYBIND11_MODULE(_gpu, m) {
           [](PyNetwork& self, const py::array& images, const std::vector<std::string>& impls, int chunks,
              int streams, bool op_times, double taper) {
             const InputType t = check_images(images, self.input_shape);
+            // the pass writes the labels here, not into a buffer copied after it
+            py::array_t<int32_t> labels(py::ssize_t(images.shape(0)));
+            int32_t* out = labels.mutable_data();
             ForwardResult r;
             {
               py::gil_scoped_release release;
-              r = self.net->forward(images.data(), t, images.shape(0), impls, chunks, streams, op_times, taper);
+              r = self.net->forward(images.data(), t, images.shape(0), out, impls, chunks, streams, op_times, taper);
             }
-            py::array_t<int32_t> labels(py::ssize_t(r.labels.size()));
-            std::memcpy(labels.mutable_data(), r.labels.data(), r.labels.size() * sizeof(int32_t));
             py::dict d;
             d["labels"] = labels;
             d["op_times"] = r.op_seconds;
