@@ -420,7 +420,20 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
   const cudaStream_t cs = copy_stream_->get();
   // Every lane starts after the copy stream's earlier work (in a capture: the lanes join it here).
   for (size_t l = 0; l < ck.nlanes; ++l) joined_[l].order(cs, lanes_[l]->stream.get());
-  // From pinned memory the copies were queued before this (queue_uploads), outside any capture.
+  const auto copy = [&](int64_t c) {
+    const int64_t r0 = ck.at[size_t(c)], rc = ck.at[size_t(c) + 1] - r0;
+    const size_t off = size_t(r0) * ck.in_bytes, bytes = size_t(rc) * ck.in_bytes;
+    // Pageable images: this part is copied into pinned staging just before its upload is queued, so the host
+    // copy of part i+1 overlaps the GPU's work on part i (measured on an H200: a whole-batch host copy first
+    // cost ~3 ms of the sp19 model's ~5 ms).
+    if (pageable) std::memcpy(staging_.get() + off, pageable + off, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(pass_in_.get() + off, src + off, bytes, cudaMemcpyHostToDevice, cs));
+    CUDA_CHECK(cudaEventRecord(copied_[size_t(c)].get(), cs));
+  };
+  // From pinned memory every copy is queued first: the copy engine then runs the whole batch back to back while
+  // the host queues the compute.
+  if (!on_device && !pageable)
+    for (int64_t c = 0; c < ck.nchunks; ++c) copy(c);
   // The labels go straight from the last kernel into pinned host memory where the device can address it (mapped:
   // every pinned allocation under unified addressing), instead of a device-to-host copy after it. The last part's
   // copy is on the pass's critical path: on an H200 it started 8 us after the head kernel it waited for had ended
@@ -432,25 +445,11 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
   }
   std::vector<double> unused;
   for (int64_t c = 0; c < ck.nchunks; ++c) {
-    if (!on_device && pageable) {
-      // This part is copied into pinned staging just before its upload is queued, so the host copy of part i+1
-      // overlaps the GPU's work on part i (measured on an H200: a whole-batch host copy first cost ~3 ms of the
-      // sp19 model's ~5 ms).
-      const size_t off = size_t(ck.at[size_t(c)]) * ck.in_bytes;
-      std::memcpy(staging_.get() + off, pageable + off, size_t(ck.at[size_t(c) + 1] - ck.at[size_t(c)]) * ck.in_bytes);
-      queue_upload(ck, src, c, cs);
-    }
+    if (!on_device && pageable) copy(c);
     Lane& L = *lanes_[size_t(c) % ck.nlanes];
     const cudaStream_t st = L.stream.get();
     const int64_t r0 = ck.at[size_t(c)], rc = ck.at[size_t(c) + 1] - r0;
-    if (!on_device) {
-      // Inside a capture the copy's event was recorded outside it (queue_uploads): an external wait node, which
-      // waits for that recording each time the graph runs.
-      cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-      CUDA_CHECK(cudaStreamIsCapturing(st, &cap));
-      CUDA_CHECK(cudaStreamWaitEvent(st, copied_[size_t(c)].get(),
-                                     cap == cudaStreamCaptureStatusActive ? cudaEventWaitExternal : 0));
-    }
+    if (!on_device) CUDA_CHECK(cudaStreamWaitEvent(st, copied_[size_t(c)].get(), 0));
     const uint8_t* part = (on_device ? src : pass_in_.get()) + size_t(r0) * ck.in_bytes;
     const StagedInput in = stage_input(L, plan, part, type, rc, true, nullptr);
     run_lane(L, rc, plan, ck.timing, unused, &chunk_events_[size_t(c)], in.host_x, in.x_u8,
@@ -460,18 +459,6 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
                                  cudaMemcpyDeviceToHost, st));
   }
   for (size_t l = 0; l < ck.nlanes; ++l) joined_[l].order(lanes_[l]->stream.get(), cs);
-}
-
-void GpuNetwork::queue_upload(const Chunking& ck, const uint8_t* src, int64_t c, cudaStream_t s) {
-  const size_t off = size_t(ck.at[size_t(c)]) * ck.in_bytes;
-  const size_t bytes = size_t(ck.at[size_t(c) + 1] - ck.at[size_t(c)]) * ck.in_bytes;
-  CUDA_CHECK(cudaMemcpyAsync(pass_in_.get() + off, src + off, bytes, cudaMemcpyHostToDevice, s));
-  CUDA_CHECK(cudaEventRecord(copied_[size_t(c)].get(), s));
-}
-
-void GpuNetwork::queue_uploads(const Chunking& ck, const uint8_t* src) {
-  if (!upload_stream_) upload_stream_.emplace();
-  for (int64_t c = 0; c < ck.nchunks; ++c) queue_upload(ck, src, c, upload_stream_->get());
 }
 
 bool GpuNetwork::launch_chunks(GraphKey* key, const std::function<void()>& queue) {
@@ -554,11 +541,6 @@ bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
   const bool pinned = is_pinned(images);
   if (!pinned) staging_.resize(size_t(rows) * in_bytes);
   const uint8_t* src = pinned ? images : staging_.get();
-  // From pinned memory every copy is queued first, on a stream of its own and never inside the graph: the copy
-  // engine starts on the first part at once and runs the whole batch back to back while the host launches the
-  // compute. Inside the graph the first copy started 26 us after the call on an H200 (the graph's launch first;
-  // pinned_trace in results/bench-e2e-nvidia-h200-2026-11-25-sp19-head16.json).
-  if (pinned) queue_uploads(ck, src);
   GraphKey key = graph_key(ck, src, false, type, plan, labels_host_.get());
   const bool replayed = launch_chunks(pinned && capturable(plan) ? &key : nullptr, [&] {
     queue_chunks(ck, src, pinned ? nullptr : images, false, type, plan, labels_host_.get());
@@ -598,7 +580,6 @@ ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n,
       // Let queued work finish before its buffers go, then retry this part of the batch in halves.
       for (auto& L : lanes_) cudaStreamSynchronize(L->stream.get());
       if (copy_stream_) cudaStreamSynchronize(copy_stream_->get());
-      if (upload_stream_) cudaStreamSynchronize(upload_stream_->get());
       release_activations();
       if (rows == 1) throw;
       pass_rows = (rows + 1) / 2;

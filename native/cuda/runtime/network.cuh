@@ -25,9 +25,7 @@
 //     part. ForwardResult::replayed says whether it was. sp19 on an H200, 16 parts on 4 streams, pinned (the
 //     pipeline rows of results/bench-e2e-nvidia-h200-2026-11-24-*.json): 0.841 ms plain (-sp19-events), 0.787
 //     replayed with the copies in order (-sp19-graph-events), 0.619 without the op-time events too (-sp19-graph):
-//     in a replayed graph those events cost more than the launches did (op_times below). The copies are not in
-//     the graph: they are queued first, each call, on a stream of their own, and the graph's parts wait for them
-//     (external event waits), so the copy engine starts before the graph's launch has finished.
+//     in a replayed graph those events cost more than the launches did (op_times below).
 //   - uint8 images: when the first layer's variant reads uint8 itself (launch_u8), it gets the raw images;
 //     otherwise one kernel widens them to float32 first.
 //   - The fully connected layers run in FP32 (cublasSgemm) unless set_fc_math(FcMath::TF32 or FP16) (see
@@ -192,20 +190,15 @@ class GpuNetwork {
     size_t nlanes, in_bytes;
     Timing timing;  // None or Events
   };
-  // The chunked pass (chunks > 1, see forward): compute on the lanes, each part after its copy into pass_in_.
-  // src: the images in pinned memory (their copies already queued: queue_uploads), or staging_ that each part's
-  // pageable images are copied into first (pageable != nullptr; copied here, on copy_stream_), or with on_device
-  // the images on the device (no copies: forward_resident). Starts with every lane waiting for copy_stream_ and
-  // ends with every lane joined back into it; labels_dst may be null.
+  // The chunked pass (chunks > 1, see forward): copies on copy_stream_ into pass_in_, compute on the lanes.
+  // src: the images in pinned memory, or staging_ that each part's pageable images are copied into first
+  // (pageable != nullptr), or with on_device the images on the device (no copies: forward_resident). Starts with
+  // every lane waiting for copy_stream_ and ends with every lane joined back into it; labels_dst may be null.
   void queue_chunks(const Chunking& ck, const uint8_t* src, const uint8_t* pageable, bool on_device, InputType type,
                     const Plan& plan, int32_t* labels_dst);
   // Splits `rows` into parts and makes the lanes, their buffers, the copy stream and the events ready for them.
   Chunking prepare_chunks(int64_t rows, int chunks, int streams, double taper, size_t in_bytes, const Plan& plan,
                           Timing timing);
-  // Part c's copy into pass_in_ on stream s, then its copied_ event.
-  void queue_upload(const Chunking& ck, const uint8_t* src, int64_t c, cudaStream_t s);
-  // Every part's copy from pinned src, in order on upload_stream_ (queued before the compute, never captured).
-  void queue_uploads(const Chunking& ck, const uint8_t* src);
   // Runs queue() -- a chunked pass on copy_stream_ -- plain, or as a CUDA graph: captured the second time in a row
   // the same key comes, replayed while it stays the same. key null: never a graph. Returns true when replayed.
   bool launch_chunks(GraphKey* key, const std::function<void()>& queue);
@@ -239,7 +232,6 @@ class GpuNetwork {
   std::vector<std::vector<Event>> chunk_events_;  // [chunk][2 per conv]: run_pass's op-time events, reused
   std::optional<Stream> copy_stream_;             // a chunked pass's host-to-device copies, in order (made at the
                                                   // first chunked pass: the constructor touches no GPU)
-  std::optional<Stream> upload_stream_;           // the copies from pinned memory (queue_uploads)
   DeviceBuffer<uint8_t> pass_in_;                 // a chunked pass's images on the device
   std::vector<Event> copied_;                     // [chunk]: its images have landed in pass_in_
   std::vector<Event> joined_;                     // [lane]: its last part is done (copy_stream_ waits on it)
