@@ -552,6 +552,85 @@ def test_chunked_pass_from_pinned_memory_replays_one_graph(sp19):
             net.forward_resident(x, impls, chunks=5, streams=3, taper=bad)
 
 
+def pieces_model(rng: np.random.Generator) -> Model:
+    """conv (+ tanh + pool) -> conv -> tanh -> pool -> flatten -> FC -> tanh -> FC: the second conv's tanh and pool
+    run as steps of their own among the image steps."""
+    def wt(*shape, scale):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    layers = [Layer("conv", name="conv1", out_channels=4, kernel=5, weight=wt(4, 1, 5, 5, scale=0.005)),
+              Layer("tanh"), Layer("pool", mode="max", kernel=2, stride=2),
+              Layer("conv", name="conv2", out_channels=8, kernel=3, weight=wt(8, 4, 3, 3, scale=0.3)),
+              Layer("tanh"), Layer("pool", mode="max", kernel=2, stride=2), Layer("flatten"),
+              Layer("fc", name="fc1", out_features=32, weight=wt(32, 200, scale=0.07), bias=wt(32, scale=0.1)),
+              Layer("tanh"),
+              Layer("fc", name="fc2", out_features=10, weight=wt(10, 32, scale=0.5), bias=wt(10, scale=0.1)),
+              Layer("softmax")]
+    return Model(name="pieces-test", arch="test", input_shape=(1, 28, 28), layers=layers)
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.torch
+@pytest.mark.parametrize("sp19", [False, True], ids=["tanh-pool-steps", "sp19-final-variants"])
+@needs("gpu-fused-tanh-pool")
+@needs_m3_pick
+def test_the_last_part_in_pieces_gives_the_labels_of_the_whole_part(sp19):
+    """The last part's copy in pieces (tail_pieces), its conv layers (and the tanh and pool steps between them) run
+    on each piece as it lands and its FC layers on the whole part: the labels of the part run whole, bit for bit
+    (the same kernels on the same images, the same GEMM), from pinned memory plain and replayed, with new images
+    in the same buffer, from pageable memory, with op times; float32 images, or a first conv that cannot read
+    uint8, run the part whole; tail_pieces outside 1..64 is refused."""
+    from pyconv.core.model import load_model, shipped_models
+
+    rng = np.random.default_rng(SEED + 10)
+    if sp19:
+        if "ece408" not in shipped_models():
+            pytest.skip("no shipped sp19 model")
+        model = load_model("ece408")
+        impls = ["gpu-split-f16-pool-window", "gpu-tensor-core-f16"]  # final's reduced choice on sp19
+        if any(n not in GPU for n in impls):
+            pytest.skip("this build lacks final's sp19 variants")
+    else:
+        model = pieces_model(rng)
+        impls = ["gpu-fused-tanh-pool", M3_PICK]
+    # 3 parts: the last one 1000 images, 4 pieces of 250 (or, asked for 64, as many as hold 128 images: 7)
+    x = rng.integers(0, 256, (3000, *model.input_shape), dtype=np.uint8)
+    xp = pinned_copy(x)
+    net = network_of(model)
+    if sp19:
+        net.fc_math = "fp16"  # conv2 writes half for the FC layer: each piece at its own offset of that buffer
+    whole = net.forward(xp, impls, chunks=3, streams=2, op_times=False)["labels"]
+    for pieces in (4, 64):
+        runs = [net.forward(xp, impls, chunks=3, streams=2, op_times=False, tail_pieces=pieces) for _ in range(3)]
+        assert [r["replayed"] for r in runs] == [False, True, True]
+        for r in runs:
+            np.testing.assert_array_equal(r["labels"], whole)
+    # New images in the same pinned buffer: each piece's layers wait for that piece's copy.
+    xp[:] = x[::-1]
+    again = net.forward(xp, impls, chunks=3, streams=2, op_times=False, tail_pieces=4)
+    assert again["replayed"]
+    np.testing.assert_array_equal(again["labels"], whole[::-1])
+    # Pageable (each piece staged, then copied), with the op-time events of every piece.
+    timed = net.forward(x, impls, chunks=3, streams=2, tail_pieces=4)
+    np.testing.assert_array_equal(timed["labels"], whole)
+    assert len(timed["op_times"]) == 2 and all(t > 0 for t in timed["op_times"])
+    # Nothing to split: float32 images, or a first conv that reads only float32 (widened first, whole).
+    # (Were these split, the first conv would read the images as uint8 where none are.)
+    xf = x.astype(np.float32)
+    np.testing.assert_array_equal(
+        net.forward(xf, impls, chunks=3, streams=2, op_times=False, tail_pieces=4)["labels"],
+        net.forward(xf, impls, chunks=3, streams=2, op_times=False)["labels"])
+    if not sp19:
+        plain = [M3_PICK, M3_PICK]
+        np.testing.assert_array_equal(
+            net.forward(x, plain, chunks=3, streams=2, op_times=False, tail_pieces=4)["labels"],
+            net.forward(x, plain, chunks=3, streams=2, op_times=False)["labels"])
+    for bad in (0, 65):
+        with pytest.raises(ValueError, match=r"tail_pieces must be in 1\.\.64"):
+            net.forward(xp, impls, chunks=3, streams=2, tail_pieces=bad)
+
+
 @requires_gpu
 @pytest.mark.gpu
 @pytest.mark.torch

@@ -171,10 +171,12 @@ GpuNetwork::Plan GpuNetwork::make_plan(const std::vector<std::string>& impls) co
     // layers_[i] is the last layer this step covers: what it stores is that layer's output (a fused conv's
     // un-pooled output never is).
     plan.max_elems = std::max(plan.max_elems, layers_[i].out_elems());
+    st.out_elems = layers_[i].out_elems();
     plan.steps.push_back(st);
   }
   plan.classes = layers_.back().out_c;
   const size_t n = plan.steps.size();
+  while (plan.image_steps < n && plan.steps[plan.image_steps].layer->kind != Kind::FC) ++plan.image_steps;
   if (n >= 2) {
     const Layer& a = *plan.steps[n - 2].layer;
     const Layer& b = *plan.steps[n - 1].layer;
@@ -218,36 +220,50 @@ void GpuNetwork::release_activations() noexcept {
 
 const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing,
                                   std::vector<double>& op_seconds, std::vector<Event>* events, const float* host_x,
-                                  const uint8_t* x_u8, int32_t* labels) {
+                                  const uint8_t* x_u8, int32_t* labels, StepSpan span) {
   const cudaStream_t st = L.stream.get();
   if (!labels) labels = L.labels.get();
   float* cur = L.a.get();
   float* other = L.b.get();
   bool cur_half = false;  // cur holds half values (a conv's launch_f16_out)
   const size_t nsteps = plan.steps.size();
-  for (size_t si = 0; si < nsteps; ++si) {
+  const size_t end = std::min(span.end, nsteps);
+  if ((span.row0 != 0 && end > plan.image_steps) || span.begin > plan.image_steps)
+    throw std::logic_error("run_lane: only the image steps run on part of a part's rows");
+  // Row r0 of a buffer holding `per_row` values per image (of type T).
+  const auto at = [&](auto* p, int64_t per_row) { return p + span.row0 * per_row; };
+  for (size_t si = 0; si < end; ++si) {
     const Step& step = plan.steps[si];
     const Layer& ly = *step.layer;
+    // The steps before span.begin ran in another call: only where they left their output is followed here.
+    const bool run = si >= span.begin;
     switch (ly.kind) {
       case Kind::Conv: {
-        const ConvShape s = make_conv_shape(rows, ly.in_c, ly.in_h, ly.in_w, ly.out_c, ly.in_c, ly.kernel, ly.kernel);
-        const std::string why = why_unsupported(*step.variant, s);
-        if (!why.empty()) throw std::invalid_argument(why);
-        const float* x = step.variant->x_on_host ? host_x : cur;
-        const int ci = ly.conv_index;
         const bool u8 = x_u8 && &ly == &layers_.front();  // the raw images, widened inside the kernel
         // the output in half where it feeds an FP16 FC layer and the variant can write it so on this input
         const bool half_out = step.feeds_fc16 && (u8 ? step.variant->launch_u8_f16_out != nullptr
                                                      : step.variant->launch_f16_out != nullptr);
+        if (!run) {
+          std::swap(cur, other);
+          cur_half = half_out;
+          break;
+        }
+        const ConvShape s = make_conv_shape(rows, ly.in_c, ly.in_h, ly.in_w, ly.out_c, ly.in_c, ly.kernel, ly.kernel);
+        const std::string why = why_unsupported(*step.variant, s);
+        if (!why.empty()) throw std::invalid_argument(why);
+        const float* x = step.variant->x_on_host ? host_x : at(cur, ly.in_elems());
+        const int ci = ly.conv_index;
+        float* y = at(other, step.out_elems);
+        __half* y16 = at(reinterpret_cast<__half*>(other), step.out_elems);
         const auto launch = [&] {
           if (u8 && half_out)
-            step.variant->launch_u8_f16_out(x_u8, ly.w.get(), reinterpret_cast<__half*>(other), s, st);
+            step.variant->launch_u8_f16_out(x_u8, ly.w.get(), y16, s, st);
           else if (u8)
-            step.variant->launch_u8(x_u8, ly.w.get(), other, s, st);
+            step.variant->launch_u8(x_u8, ly.w.get(), y, s, st);
           else if (half_out)
-            step.variant->launch_f16_out(x, ly.w.get(), reinterpret_cast<__half*>(other), s, st);
+            step.variant->launch_f16_out(x, ly.w.get(), y16, s, st);
           else
-            step.variant->launch(x, ly.w.get(), other, s, st);
+            step.variant->launch(x, ly.w.get(), y, s, st);
         };
         if (timing == Timing::HostSync) {
           // The course's Op Time: everything before is finished, the clock brackets this launch alone.
@@ -269,11 +285,12 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
         break;
       }
       case Kind::Act:
-        activation_inplace(cur, size_t(rows * ly.in_elems()), ly.act, st);
+        if (run) activation_inplace(at(cur, ly.in_elems()), size_t(rows * ly.in_elems()), ly.act, st);
         break;
       case Kind::Pool:
-        pool2d(cur, other, rows * ly.in_c, int(ly.in_h), int(ly.in_w), int(ly.kernel), int(ly.stride), ly.max_mode,
-               st);
+        if (run)
+          pool2d(at(cur, ly.in_elems()), at(other, ly.out_elems()), rows * ly.in_c, int(ly.in_h), int(ly.in_w),
+                 int(ly.kernel), int(ly.stride), ly.max_mode, st);
         std::swap(cur, other);
         break;
       case Kind::FC:
@@ -313,7 +330,7 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
         break;
     }
   }
-  if (!plan.head) argmax_rows(cur, labels, rows, plan.classes, st);
+  if (!plan.head && end == nsteps) argmax_rows(cur, labels, rows, plan.classes, st);
   return cur;
 }
 
@@ -358,6 +375,7 @@ bool is_pinned(const void* p) {
   return ok;
 }
 constexpr double kMaxTaper = 4;
+constexpr int64_t kMinPieceRows = 128;
 void check_taper(double taper, const char* what) {
   if (!(taper > 0 && taper <= kMaxTaper))  // NaN fails too
     throw std::invalid_argument(std::string(what) + ": taper must be in (0, 4]");
@@ -387,6 +405,8 @@ GpuNetwork::GraphKey GpuNetwork::graph_key(const Chunking& ck, const uint8_t* sr
   GraphKey k;
   k.sizes = {int64_t(ck.nlanes), int64_t(type), int64_t(fc_math_), int64_t(ck.timing), int64_t(on_device)};
   k.sizes.insert(k.sizes.end(), ck.at.begin(), ck.at.end());
+  k.sizes.push_back(-1);
+  k.sizes.insert(k.sizes.end(), ck.piece_at.begin(), ck.piece_at.end());
   k.ptrs = {src, labels_dst, pass_in_.get()};
   for (const Step& st : plan.steps) k.ptrs.push_back(st.variant);
   for (size_t l = 0; l < ck.nlanes; ++l) {
@@ -397,9 +417,18 @@ GpuNetwork::GraphKey GpuNetwork::graph_key(const Chunking& ck, const uint8_t* sr
 }
 
 GpuNetwork::Chunking GpuNetwork::prepare_chunks(int64_t rows, int chunks, int streams, double taper,
-                                                size_t in_bytes, const Plan& plan, Timing timing) {
-  Chunking ck{chunk_starts(rows, chunks, taper), 0, 0, in_bytes, timing};
+                                                size_t in_bytes, const Plan& plan, Timing timing, int tail_pieces) {
+  Chunking ck{chunk_starts(rows, chunks, taper), {}, 0, 0, in_bytes, timing};
   ck.nchunks = int64_t(ck.at.size()) - 1;
+  ck.piece_at.assign(ck.at.begin(), ck.at.end() - 1);
+  {
+    // The last part's pieces: equal, each at least kMinPieceRows images (a smaller one costs its launches more
+    // than its copy hides).
+    const int64_t r0 = ck.at[size_t(ck.nchunks) - 1], rc = rows - r0;
+    const int64_t pieces = std::clamp<int64_t>(std::min<int64_t>(tail_pieces, rc / kMinPieceRows), 1, rc);
+    for (int64_t p = 1; p < pieces; ++p) ck.piece_at.push_back(r0 + rc * p / pieces);
+    ck.piece_at.push_back(rows);
+  }
   ck.nlanes = size_t(std::min<int64_t>(streams, ck.nchunks));
   int64_t chunk_rows = 0;
   for (int64_t c = 0; c < ck.nchunks; ++c) chunk_rows = std::max(chunk_rows, ck.at[size_t(c) + 1] - ck.at[size_t(c)]);
@@ -407,10 +436,11 @@ GpuNetwork::Chunking GpuNetwork::prepare_chunks(int64_t rows, int chunks, int st
   if (!copy_stream_) copy_stream_.emplace();
   for (size_t l = 0; l < ck.nlanes; ++l) size_lane(*lanes_[l], chunk_rows, false, plan.max_elems);
   // Events are kept between calls: creating them here would put host calls before the first copy is queued.
-  if (chunk_events_.size() < size_t(ck.nchunks)) chunk_events_.resize(size_t(ck.nchunks));
+  const size_t npieces = ck.piece_at.size() - 1;
+  if (chunk_events_.size() < npieces) chunk_events_.resize(npieces);
   for (auto& ev : chunk_events_)
     while (ev.size() < 2 * conv_count_) ev.emplace_back();
-  while (copied_.size() < size_t(ck.nchunks)) copied_.emplace_back(cudaEventDisableTiming);
+  while (copied_.size() < npieces) copied_.emplace_back(cudaEventDisableTiming);
   while (joined_.size() < ck.nlanes) joined_.emplace_back(cudaEventDisableTiming);
   return ck;
 }
@@ -420,20 +450,21 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
   const cudaStream_t cs = copy_stream_->get();
   // Every lane starts after the copy stream's earlier work (in a capture: the lanes join it here).
   for (size_t l = 0; l < ck.nlanes; ++l) joined_[l].order(cs, lanes_[l]->stream.get());
-  const auto copy = [&](int64_t c) {
-    const int64_t r0 = ck.at[size_t(c)], rc = ck.at[size_t(c) + 1] - r0;
+  const size_t npieces = ck.piece_at.size() - 1;
+  const auto copy = [&](size_t c) {
+    const int64_t r0 = ck.piece_at[c], rc = ck.piece_at[c + 1] - r0;
     const size_t off = size_t(r0) * ck.in_bytes, bytes = size_t(rc) * ck.in_bytes;
     // Pageable images: this part is copied into pinned staging just before its upload is queued, so the host
     // copy of part i+1 overlaps the GPU's work on part i (measured on an H200: a whole-batch host copy first
     // cost ~3 ms of the sp19 model's ~5 ms).
     if (pageable) std::memcpy(staging_.get() + off, pageable + off, bytes);
     CUDA_CHECK(cudaMemcpyAsync(pass_in_.get() + off, src + off, bytes, cudaMemcpyHostToDevice, cs));
-    CUDA_CHECK(cudaEventRecord(copied_[size_t(c)].get(), cs));
+    CUDA_CHECK(cudaEventRecord(copied_[c].get(), cs));
   };
   // From pinned memory every copy is queued first: the copy engine then runs the whole batch back to back while
   // the host queues the compute.
   if (!on_device && !pageable)
-    for (int64_t c = 0; c < ck.nchunks; ++c) copy(c);
+    for (size_t p = 0; p < npieces; ++p) copy(p);
   // The labels go straight from the last kernel into pinned host memory where the device can address it (mapped:
   // every pinned allocation under unified addressing), instead of a device-to-host copy after it. The last part's
   // copy is on the pass's critical path: on an H200 it started 8 us after the head kernel it waited for had ended
@@ -444,16 +475,32 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
     labels_mapped = nullptr;
   }
   std::vector<double> unused;
+  size_t p = 0;  // the next piece
   for (int64_t c = 0; c < ck.nchunks; ++c) {
-    if (!on_device && pageable) copy(c);
     Lane& L = *lanes_[size_t(c) % ck.nlanes];
     const cudaStream_t st = L.stream.get();
     const int64_t r0 = ck.at[size_t(c)], rc = ck.at[size_t(c) + 1] - r0;
-    if (!on_device) CUDA_CHECK(cudaStreamWaitEvent(st, copied_[size_t(c)].get(), 0));
     const uint8_t* part = (on_device ? src : pass_in_.get()) + size_t(r0) * ck.in_bytes;
-    const StagedInput in = stage_input(L, plan, part, type, rc, true, nullptr);
-    run_lane(L, rc, plan, ck.timing, unused, &chunk_events_[size_t(c)], in.host_x, in.x_u8,
-             labels_mapped ? labels_mapped + r0 : nullptr);
+    int32_t* labels = labels_mapped ? labels_mapped + r0 : nullptr;
+    const size_t first = p;
+    while (p < npieces && ck.piece_at[p] < r0 + rc) ++p;
+    if (p - first > 1) {
+      // A part in pieces (prepare_chunks only splits where the first conv reads the uint8 images on the device):
+      // the image steps on each piece once its copy has landed, the FC steps on the whole part after the last.
+      for (size_t q = first; q < p; ++q) {
+        if (pageable) copy(q);
+        CUDA_CHECK(cudaStreamWaitEvent(st, copied_[q].get(), 0));
+        const int64_t q0 = ck.piece_at[q], qc = ck.piece_at[q + 1] - q0;
+        run_lane(L, qc, plan, ck.timing, unused, &chunk_events_[q], nullptr,
+                 pass_in_.get() + size_t(q0) * ck.in_bytes, nullptr, {0, plan.image_steps, q0 - r0});
+      }
+      run_lane(L, rc, plan, ck.timing, unused, nullptr, nullptr, part, labels, {plan.image_steps, SIZE_MAX, 0});
+    } else {
+      if (!on_device && pageable) copy(first);
+      if (!on_device) CUDA_CHECK(cudaStreamWaitEvent(st, copied_[first].get(), 0));
+      const StagedInput in = stage_input(L, plan, part, type, rc, true, nullptr);
+      run_lane(L, rc, plan, ck.timing, unused, &chunk_events_[first], in.host_x, in.x_u8, labels);
+    }
     if (labels_dst && !labels_mapped)
       CUDA_CHECK(cudaMemcpyAsync(labels_dst + r0, L.labels.get(), size_t(rc) * sizeof(int32_t),
                                  cudaMemcpyDeviceToHost, st));
@@ -513,7 +560,7 @@ bool GpuNetwork::capturable(const Plan& plan) {
 }
 
 bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks,
-                          int streams, double taper, bool op_times, int32_t* labels_out,
+                          int streams, double taper, int tail_pieces, bool op_times, int32_t* labels_out,
                           std::vector<double>& op_seconds) {
   const int64_t in_elems = C_ * H_ * W_;
   const size_t in_bytes = size_t(in_elems) * (type == InputType::U8 ? 1 : sizeof(float));
@@ -532,8 +579,10 @@ bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
     CUDA_CHECK(cudaStreamSynchronize(L.stream.get()));
     return false;
   }
-  const Chunking ck =
-      prepare_chunks(rows, chunks, streams, taper, in_bytes, plan, op_times ? Timing::Events : Timing::None);
+  // Pieces only where the first conv reads each piece's uint8 images where they land (nothing to stage).
+  const Chunking ck = prepare_chunks(rows, chunks, streams, taper, in_bytes, plan,
+                                     op_times ? Timing::Events : Timing::None,
+                                     type == InputType::U8 && plan.u8_first ? tail_pieces : 1);
   pass_in_.resize(size_t(rows) * in_bytes);
   labels_host_.resize(size_t(rows));
   note_peak();
@@ -546,8 +595,8 @@ bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
     queue_chunks(ck, src, pinned ? nullptr : images, false, type, plan, labels_host_.get());
   });
   CUDA_CHECK(cudaStreamSynchronize(copy_stream_->get()));  // every lane is joined into the copy stream
-  for (int64_t c = 0; c < ck.nchunks && op_times; ++c) {
-    const std::vector<Event>& ev = chunk_events_[size_t(c)];
+  for (size_t c = 0; c + 1 < ck.piece_at.size() && op_times; ++c) {
+    const std::vector<Event>& ev = chunk_events_[c];
     for (size_t ci = 0; ci < conv_count_; ++ci) op_seconds[ci] += double(ev[2 * ci + 1].since(ev[2 * ci])) / 1e3;
   }
   std::memcpy(labels_out, labels_host_.get(), size_t(rows) * sizeof(int32_t));
@@ -556,10 +605,12 @@ bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
 
 ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n, int32_t* labels,
                                   const std::vector<std::string>& impls, int chunks, int streams, bool op_times,
-                                  double taper) {
+                                  double taper, int tail_pieces) {
   if (n < 1) throw std::invalid_argument("forward: need at least one image");
   if (chunks < 1 || streams < 1) throw std::invalid_argument("forward: chunks and streams must be >= 1");
   check_taper(taper, "forward");
+  if (tail_pieces < 1 || tail_pieces > kMaxTailPieces)
+    throw std::invalid_argument("forward: tail_pieces must be in 1.." + std::to_string(kMaxTailPieces));
   CUDA_CHECK(cudaSetDevice(device_));
   const Plan plan = make_plan(impls);
   const size_t in_bytes = size_t(C_ * H_ * W_) * (type == InputType::U8 ? 1 : sizeof(float));
@@ -573,8 +624,8 @@ ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n,
     std::vector<double> pass_seconds(conv_count_, 0.0);  // kept only if the pass completes
     bool replayed = false;
     try {
-      replayed = run_pass(img + size_t(done) * in_bytes, type, rows, plan, chunks, streams, taper, op_times,
-                          labels + done, pass_seconds);
+      replayed = run_pass(img + size_t(done) * in_bytes, type, rows, plan, chunks, streams, taper, tail_pieces,
+                          op_times, labels + done, pass_seconds);
     } catch (const CudaError& e) {
       if (e.code != cudaErrorMemoryAllocation) throw;
       // Let queued work finish before its buffers go, then retry this part of the batch in halves.

@@ -75,6 +75,13 @@ struct ForwardResult {
   bool replayed = false;           // every pass ran as a replayed CUDA graph
 };
 
+// The steps of a plan GpuNetwork::run_lane queues: [begin, end), on the rows of a part from row0 on (only the
+// image steps may start past the part's first row).
+struct StepSpan {
+  size_t begin = 0, end = SIZE_MAX;
+  int64_t row0 = 0;
+};
+
 class GpuNetwork {
  public:
   GpuNetwork(std::vector<LayerDesc> layers, int64_t C, int64_t H, int64_t W, int device);
@@ -87,9 +94,15 @@ class GpuNetwork {
   // a replayed graph); ForwardResult::op_seconds is then empty.
   // taper (chunks > 1, 0 < taper <= 4): each part holds `taper` times the images of the part before (1: equal
   // parts).
+  // tail_pieces (chunks > 1, 1..kMaxTailPieces): the last part's copy in that many pieces, its conv layers run on
+  // each piece as it lands (where the first conv reads the uint8 images itself; else 1), its fully connected
+  // layers on the whole part after the last: what computes after the last copy is then one piece's conv layers and
+  // the part's FC layers, not all of the part.
+  static constexpr int kTailPieces = 1;
+  static constexpr int kMaxTailPieces = 64;
   ForwardResult forward(const void* images, InputType type, int64_t n, int32_t* labels,
                         const std::vector<std::string>& impls, int chunks = 1, int streams = 2, bool op_times = true,
-                        double taper = 1.0);
+                        double taper = 1.0, int tail_pieces = kTailPieces);
   // The images stay on the device; each rep times the whole network (conversion, every layer, argmax) by
   // CUDA events on one stream. Returns milliseconds per rep.
   // chunks > 1: the batch in parts on `streams` streams as forward runs it (the copies left out), the parts of
@@ -137,6 +150,7 @@ class GpuNetwork {
     // conv under FcMath::FP16 whose output goes straight into an FC layer: written in half where the variant can
     // (launch_f16_out, or launch_u8_f16_out from the uint8 images), else rounded before the GEMM
     bool feeds_fc16 = false;
+    int64_t out_elems = 0;  // what this step stores per image (a fused conv: its pooled output)
   };
   struct Plan {
     std::vector<Step> steps;
@@ -148,7 +162,11 @@ class GpuNetwork {
     // The last two steps are FC (+ activation) -> FC: the first runs as a bare GEMM and the second, with the
     // first's bias and activation and the argmax, as one fc_head kernel (layers.cuh), when the sizes fit it.
     bool head = false;
+    // steps[0, image_steps) work on each image alone (conv, activation, pooling): they can run on any range of
+    // rows; the fully connected steps after them run on a whole part.
+    size_t image_steps = 0;
   };
+
   // One stream with its own cuBLAS handle and buffers (ping-pong activations, the uint8 input, the labels).
   struct Lane {
     Stream stream;
@@ -170,13 +188,14 @@ class GpuNetwork {
   // Queues every step for `rows` images whose float input is in L.a (or host_x for a host-input variant, or
   // x_u8 -- raw uint8 images on the device -- when plan.u8_first and the caller skipped the widening); the labels
   // end in `labels` (device-addressable; null: L.labels) and the returned pointer holds the last activations.
-  // events: 2 per conv (start, stop) when timing == Events.
+  // events: 2 per conv (start, stop) when timing == Events. span: only those steps, on `rows` images from
+  // span.row0 of the lane's buffers (x_u8 then points at those images already).
   const float* run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing, std::vector<double>& op_seconds,
                         std::vector<Event>* events, const float* host_x, const uint8_t* x_u8,
-                        int32_t* labels = nullptr);
+                        int32_t* labels = nullptr, StepSpan span = {});
   // Returns true when the pass ran as a replayed graph.
   bool run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks, int streams,
-                double taper, bool op_times, int32_t* labels_out, std::vector<double>& op_seconds);
+                double taper, int tail_pieces, bool op_times, int32_t* labels_out, std::vector<double>& op_seconds);
   // What a captured pass depends on: when all of it is unchanged, the graph replays the same work.
   struct GraphKey {
     std::vector<const void*> ptrs;
@@ -186,6 +205,9 @@ class GpuNetwork {
   };
   struct Chunking {
     std::vector<int64_t> at;  // chunk_starts
+    // Where each copy starts (and the end): every part's start, and the last part's copy split into pieces
+    // (tail_pieces) whose image steps run as each lands.
+    std::vector<int64_t> piece_at;
     int64_t nchunks;
     size_t nlanes, in_bytes;
     Timing timing;  // None or Events
@@ -198,7 +220,7 @@ class GpuNetwork {
                     const Plan& plan, int32_t* labels_dst);
   // Splits `rows` into parts and makes the lanes, their buffers, the copy stream and the events ready for them.
   Chunking prepare_chunks(int64_t rows, int chunks, int streams, double taper, size_t in_bytes, const Plan& plan,
-                          Timing timing);
+                          Timing timing, int tail_pieces = 1);
   // Runs queue() -- a chunked pass on copy_stream_ -- plain, or as a CUDA graph: captured the second time in a row
   // the same key comes, replayed while it stays the same. key null: never a graph. Returns true when replayed.
   bool launch_chunks(GraphKey* key, const std::function<void()>& queue);
