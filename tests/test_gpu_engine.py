@@ -601,12 +601,12 @@ def test_the_last_part_in_pieces_gives_the_labels_of_the_whole_part(sp19):
     if sp19:
         net.fc_math = "fp16"  # conv2 writes half for the FC layer: each piece at its own offset of that buffer
     whole = net.forward(xp, impls, chunks=3, streams=2, op_times=False)["labels"]
-    for pieces in (4, 64):
+    for pieces in (64, 4):
         runs = [net.forward(xp, impls, chunks=3, streams=2, op_times=False, tail_pieces=pieces) for _ in range(3)]
         assert [r["replayed"] for r in runs] == [False, True, True]
         for r in runs:
             np.testing.assert_array_equal(r["labels"], whole)
-    # New images in the same pinned buffer: each piece's layers wait for that piece's copy.
+    # New images in the same pinned buffer (the last shape's graph): each piece's layers wait for its copy.
     xp[:] = x[::-1]
     again = net.forward(xp, impls, chunks=3, streams=2, op_times=False, tail_pieces=4)
     assert again["replayed"]
