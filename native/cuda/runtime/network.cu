@@ -448,25 +448,23 @@ GpuNetwork::Chunking GpuNetwork::prepare_chunks(int64_t rows, int chunks, int st
 void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint8_t* pageable, bool on_device,
                               InputType type, const Plan& plan, int32_t* labels_dst) {
   const cudaStream_t cs = copy_stream_->get();
-  // Every lane starts after the copy stream's earlier work (in a capture: the lanes join it here). From pinned
-  // memory that work is the first piece's copy (run_pass queued it), so the first part waits for nothing else.
+  // Every lane starts after the copy stream's earlier work (in a capture: the lanes join it here).
   for (size_t l = 0; l < ck.nlanes; ++l) joined_[l].order(cs, lanes_[l]->stream.get());
   const size_t npieces = ck.piece_at.size() - 1;
-  const bool pinned = !on_device && !pageable;
   const auto copy = [&](size_t c) {
+    const int64_t r0 = ck.piece_at[c], rc = ck.piece_at[c + 1] - r0;
+    const size_t off = size_t(r0) * ck.in_bytes, bytes = size_t(rc) * ck.in_bytes;
     // Pageable images: this part is copied into pinned staging just before its upload is queued, so the host
     // copy of part i+1 overlaps the GPU's work on part i (measured on an H200: a whole-batch host copy first
     // cost ~3 ms of the sp19 model's ~5 ms).
-    if (pageable) {
-      const size_t off = size_t(ck.piece_at[c]) * ck.in_bytes;
-      std::memcpy(staging_.get() + off, pageable + off, size_t(ck.piece_at[c + 1] - ck.piece_at[c]) * ck.in_bytes);
-    }
-    queue_copy(ck, src, c);
+    if (pageable) std::memcpy(staging_.get() + off, pageable + off, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(pass_in_.get() + off, src + off, bytes, cudaMemcpyHostToDevice, cs));
+    CUDA_CHECK(cudaEventRecord(copied_[c].get(), cs));
   };
-  // From pinned memory every other copy is queued next: the copy engine then runs the whole batch back to back
-  // while the host queues the compute.
-  if (pinned)
-    for (size_t p = 1; p < npieces; ++p) copy(p);
+  // From pinned memory every copy is queued first: the copy engine then runs the whole batch back to back while
+  // the host queues the compute.
+  if (!on_device && !pageable)
+    for (size_t p = 0; p < npieces; ++p) copy(p);
   // The labels go straight from the last kernel into pinned host memory where the device can address it (mapped:
   // every pinned allocation under unified addressing), instead of a device-to-host copy after it. The last part's
   // copy is on the pass's critical path: on an H200 it started 8 us after the head kernel it waited for had ended
@@ -491,15 +489,15 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
       // the image steps on each piece once its copy has landed, the FC steps on the whole part after the last.
       for (size_t q = first; q < p; ++q) {
         if (pageable) copy(q);
-        if (!(pinned && q == 0)) CUDA_CHECK(cudaStreamWaitEvent(st, copied_[q].get(), 0));
+        CUDA_CHECK(cudaStreamWaitEvent(st, copied_[q].get(), 0));
         const int64_t q0 = ck.piece_at[q], qc = ck.piece_at[q + 1] - q0;
         run_lane(L, qc, plan, ck.timing, unused, &chunk_events_[q], nullptr,
                  pass_in_.get() + size_t(q0) * ck.in_bytes, nullptr, {0, plan.image_steps, q0 - r0});
       }
       run_lane(L, rc, plan, ck.timing, unused, nullptr, nullptr, part, labels, {plan.image_steps, SIZE_MAX, 0});
     } else {
-      if (pageable) copy(first);
-      if (!on_device && !(pinned && first == 0)) CUDA_CHECK(cudaStreamWaitEvent(st, copied_[first].get(), 0));
+      if (!on_device && pageable) copy(first);
+      if (!on_device) CUDA_CHECK(cudaStreamWaitEvent(st, copied_[first].get(), 0));
       const StagedInput in = stage_input(L, plan, part, type, rc, true, nullptr);
       run_lane(L, rc, plan, ck.timing, unused, &chunk_events_[first], in.host_x, in.x_u8, labels);
     }
@@ -508,14 +506,6 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
                                  cudaMemcpyDeviceToHost, st));
   }
   for (size_t l = 0; l < ck.nlanes; ++l) joined_[l].order(lanes_[l]->stream.get(), cs);
-}
-
-void GpuNetwork::queue_copy(const Chunking& ck, const uint8_t* src, size_t piece) {
-  const size_t off = size_t(ck.piece_at[piece]) * ck.in_bytes;
-  const size_t bytes = size_t(ck.piece_at[piece + 1] - ck.piece_at[piece]) * ck.in_bytes;
-  const cudaStream_t cs = copy_stream_->get();
-  CUDA_CHECK(cudaMemcpyAsync(pass_in_.get() + off, src + off, bytes, cudaMemcpyHostToDevice, cs));
-  CUDA_CHECK(cudaEventRecord(copied_[piece].get(), cs));
 }
 
 bool GpuNetwork::launch_chunks(GraphKey* key, const std::function<void()>& queue) {
@@ -600,9 +590,6 @@ bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
   const bool pinned = is_pinned(images);
   if (!pinned) staging_.resize(size_t(rows) * in_bytes);
   const uint8_t* src = pinned ? images : staging_.get();
-  // From pinned memory the first copy is queued before the pass, outside its graph: the copy engine starts on it
-  // while the graph launches behind it on the same stream, and the graph's first part needs only it.
-  if (pinned) queue_copy(ck, src, 0);
   GraphKey key = graph_key(ck, src, false, type, plan, labels_host_.get());
   const bool replayed = launch_chunks(pinned && capturable(plan) ? &key : nullptr, [&] {
     queue_chunks(ck, src, pinned ? nullptr : images, false, type, plan, labels_host_.get());

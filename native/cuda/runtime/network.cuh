@@ -213,17 +213,14 @@ class GpuNetwork {
     Timing timing;  // None or Events
   };
   // The chunked pass (chunks > 1, see forward): copies on copy_stream_ into pass_in_, compute on the lanes.
-  // src: the images in pinned memory (the first piece's copy already queued on copy_stream_: queue_copy), or
-  // staging_ that each part's pageable images are copied into first (pageable != nullptr), or with on_device the
-  // images on the device (no copies: forward_resident). Starts with every lane waiting for copy_stream_ and ends
-  // with every lane joined back into it; labels_dst may be null.
+  // src: the images in pinned memory, or staging_ that each part's pageable images are copied into first
+  // (pageable != nullptr), or with on_device the images on the device (no copies: forward_resident). Starts with
+  // every lane waiting for copy_stream_ and ends with every lane joined back into it; labels_dst may be null.
   void queue_chunks(const Chunking& ck, const uint8_t* src, const uint8_t* pageable, bool on_device, InputType type,
                     const Plan& plan, int32_t* labels_dst);
   // Splits `rows` into parts and makes the lanes, their buffers, the copy stream and the events ready for them.
   Chunking prepare_chunks(int64_t rows, int chunks, int streams, double taper, size_t in_bytes, const Plan& plan,
                           Timing timing, int tail_pieces = 1);
-  // Piece `piece`'s copy from src into pass_in_ on copy_stream_, then its copied_ event.
-  void queue_copy(const Chunking& ck, const uint8_t* src, size_t piece);
   // Runs queue() -- a chunked pass on copy_stream_ -- plain, or as a CUDA graph: captured the second time in a row
   // the same key comes, replayed while it stays the same. key null: never a graph. Returns true when replayed.
   bool launch_chunks(GraphKey* key, const std::function<void()>& queue);
