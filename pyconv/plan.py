@@ -68,14 +68,21 @@ STREAMS = 4
 # times slower than it copies, ran 2.49-2.52 ms at taper 2 against 2.63-2.67 at 1 (4-8 chunks on 4 streams,
 # results/bench-e2e-nvidia-h200-2026-11-24-sp19-fa17-fa19-sp18-labels.json).
 FINAL_TAPER = 1.0
+# final's last part is copied in FINAL_TAIL_PIECES pieces, its conv layers running on each piece as it lands and its
+# FC layers on the whole part after the last (GpuNetwork::forward's tail_pieces): what computes after the last copy
+# is half the part's conv layers and its FC layers. sp19 pinned on an H200, 4 parts on 4 streams, one process
+# (results/bench-e2e-nvidia-h200-2026-11-25-sp19-pieces.json's pipeline rows): see the tail_pieces rows there; in
+# the probes before it 0.537 ms in 1 piece, 0.516 in 2, 0.535 in 3, 0.561 in 4: from 3 pieces on, the pieces'
+# conv layers and the part before them outrun the copies they overlap, and each piece costs a copy's gap.
+FINAL_TAIL_PIECES = 2
 
 
-def pipeline(milestone: str, batch: int) -> tuple[int, int, float]:
-    """(chunks, streams, taper) of a GPU run: final chunks a batch of at least 4 images per chunk; the others run
-    it whole."""
+def pipeline(milestone: str, batch: int) -> tuple[int, int, float, int]:
+    """(chunks, streams, taper, tail_pieces) of a GPU run: final chunks a batch of at least 4 images per chunk; the
+    others run it whole."""
     if milestone_key(milestone) == "final" and batch >= 4 * FINAL_CHUNKS:
-        return FINAL_CHUNKS, STREAMS, FINAL_TAPER
-    return 1, STREAMS, 1.0
+        return FINAL_CHUNKS, STREAMS, FINAL_TAPER, FINAL_TAIL_PIECES
+    return 1, STREAMS, 1.0, 1
 
 
 @dataclass(frozen=True)
@@ -141,6 +148,7 @@ class Plan:
     chunks: int = 1
     streams: int = STREAMS
     taper: float = 1.0  # each part of a chunked pass holds `taper` times the images of the part before
+    tail_pieces: int = 1  # the last part's copy in pieces, its conv layers on each as it lands
     tuned: bool = False  # apply this GPU's tile configurations of the tunable kernel (results/tuning/) first
 
     @property
@@ -154,6 +162,8 @@ class Plan:
             parts = f"{self.chunks} chunk(s) on {self.streams} streams"
             if self.chunks > 1 and self.taper != 1:
                 parts += f", each {self.taper:g} times the one before (the end-to-end bench's pipeline sweep)"
+            if self.chunks > 1 and self.tail_pieces > 1:
+                parts += f", the last copied in {self.tail_pieces} pieces (its conv layers on each as it lands)"
             out.append(f"fully connected layers: {self.fc_math}; {parts}")
         out += [f"{c.site.label}: {c.variant} -- {c.why}" for c in self.layers]
         return out
@@ -449,10 +459,11 @@ def plan(milestone: str, sites: Sequence[ConvSite], variants: Sequence[Variant],
     device = "cpu" if m == "m2" else "gpu"
     mine = [v for v in variants if v.device == device]
     batch = sites[0].B if sites else 0
-    chunks, streams, taper = pipeline(m, batch) if device == "gpu" else (1, 1, 1.0)
+    chunks, streams, taper, pieces = pipeline(m, batch) if device == "gpu" else (1, 1, 1.0, 1)
     if impl is not None:
         choices = _impl_choices(variants, m, sites, impl, device, fallback)
-        return Plan(m, device, tuple(choices), "fp32", f"float32 (--impl {impl})", chunks, streams, taper)
+        return Plan(m, device, tuple(choices), "fp32", f"float32 (--impl {impl})", chunks, streams, taper,
+                    tail_pieces=pieces)
     if m in ("m2", "m3"):
         choices = [_default_choice(mine, m, s, _name(m)) for s in sites]
         return Plan(m, device, tuple(choices), "fp32", "float32, the course's arithmetic", chunks, streams,
@@ -470,4 +481,4 @@ def plan(milestone: str, sites: Sequence[ConvSite], variants: Sequence[Variant],
         choices = [_default_choice(mine, "final", s, "final") for s in sites]
         d = precision_decision(evidence, model_digest, precision, runs=[c.variant for c in choices], variants=mine)
     return Plan(m, device, tuple(choices), fc_math_for(d.fc_math, choices, mine), d.why, chunks, streams, taper,
-                tuned=True)
+                tail_pieces=pieces, tuned=True)

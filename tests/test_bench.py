@@ -643,7 +643,7 @@ def test_end_to_end_tries_less_rounding_after_a_candidate_moved_a_label(monkeypa
 
     def final_plan(model, batch, precision):
         impls, fc = plans[precision]
-        return SimpleNamespace(impls=impls, fc_math=fc, chunks=1, streams=1, taper=1.0,
+        return SimpleNamespace(impls=impls, fc_math=fc, chunks=1, streams=1, taper=1.0, tail_pieces=1,
                                precision=precision)
 
     def measure_ours(model, cfg, x, xp, labels_, warmup, reps, sweep):

@@ -205,6 +205,11 @@ def test_a_verdict_records_the_taper_its_pipeline_sweep_found_fastest(tmp_path):
     # 0.7's median (0.550) is 1.1% under 1's (0.556): inside the margin. Past it, it is taken.
     faster = entry("sp19", {1.0: [0.572, 0.556, 0.545], 0.7: [0.530, 0.520, 0.540]})
     assert build.merge(None, run("2000-01-01", e2e=[faster]), "a.json").verdict("sp19").taper == 0.7
+    # rows with the last part in pieces are another shape: equal parts in pieces, however fast, are not taper 1
+    pieced = entry("sp19", {1.0: [0.572, 0.556, 0.545], 0.7: [0.530, 0.520, 0.540]})
+    pieced["pyconv"]["pipeline"] += [dict(r, tail_pieces=2, pinned_ms={"median": 0.4})
+                                     for r in sweep({1.0: [0, 0, 0]})]
+    assert build.merge(None, run("2000-01-01", e2e=[pieced]), "a.json").verdict("sp19").taper == 0.7
     # the file keeps it; a file written before the field gives 1; a taper out of range is refused
     path = evidence.save(ev, tmp_path / "g.json")
     assert evidence.load(path).verdict("fa19").taper == 2.0

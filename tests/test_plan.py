@@ -324,11 +324,11 @@ def test_final_on_a_gpu_with_only_the_stand_ins_evidence_says_so_and_stays_float
 
 
 def test_the_pipeline_shape():
-    final = (plan.FINAL_CHUNKS, plan.STREAMS, plan.FINAL_TAPER)
-    assert plan.pipeline("final", 10000) == final and plan.pipeline("final", 15) == (1, 4, 1.0)
+    final = (plan.FINAL_CHUNKS, plan.STREAMS, plan.FINAL_TAPER, plan.FINAL_TAIL_PIECES)
+    assert plan.pipeline("final", 10000) == final and plan.pipeline("final", 15) == (1, 4, 1.0, 1)
     assert plan.pipeline("final", 16) == final
-    assert plan.pipeline("3", 10000) == (1, 4, 1.0)
-    assert 0 < plan.FINAL_TAPER <= 1
+    assert plan.pipeline("3", 10000) == (1, 4, 1.0, 1)
+    assert 0 < plan.FINAL_TAPER <= 1 and 1 <= plan.FINAL_TAIL_PIECES <= 64
 
 
 def test_final_takes_the_taper_of_the_verdict_for_its_weights():

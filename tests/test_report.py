@@ -207,6 +207,18 @@ def test_the_pipeline_table_shows_the_taper_where_the_file_swept_it():
     assert "final runs 4 chunks on 2 streams, each 0.7 times the one before" in md
 
 
+def test_the_pipeline_table_shows_the_tail_pieces_where_the_file_swept_them():
+    r = synthetic_result()
+    e = r["end_to_end"][0]
+    e["tail_pieces"] = 2
+    e["pyconv"]["pipeline"] += [{"chunks": c, "streams": 4, "taper": 1.0, "tail_pieces": 2,
+                                 "pinned_ms": timing.batch_stats([0.4 + c / 10], 10000)} for c in (1, 4)]
+    md = report.markdown_tables(r)
+    assert "| model | streams | pieces | 1 chunk | 4 chunks |" in md
+    assert "| synthetic | 4 | 1 | 5.10 | 5.40 |" in md and "| synthetic | 4 | 2 | 0.500 | 0.800 |" in md
+    assert "final runs 4 chunks on 2 streams, the last copied in 2 pieces" in md
+
+
 def test_a_whole_network_cell_is_the_model_its_column_names():
     """Two files, two models of one semester: the column keeps the model the older file showed, and the newer file
     updates the cell only with that model's time (not the other model's under the first one's name)."""

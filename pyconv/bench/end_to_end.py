@@ -26,8 +26,12 @@ PIPELINE_CHUNKS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32)
 PIPELINE_STREAMS = (2, 4)
 PIPELINE_TAPERS = (2.0, 1.5, 1.25, 0.9, 0.8, 0.7, 0.6, 0.5)
 TAPER_CHUNKS = (3, 4, 5, 6, 8)
-PIPELINE_SHAPES = ([(c, st, 1.0) for st in PIPELINE_STREAMS for c in PIPELINE_CHUNKS]
-                   + [(c, 4, t) for t in PIPELINE_TAPERS for c in TAPER_CHUNKS])
+# Then equal parts on 4 streams with the last part's copy in pieces (tail_pieces; every other row has one piece).
+PIPELINE_TAIL_PIECES = (2, 3, 4)
+PIECES_CHUNKS = (3, 4, 5, 6, 8)
+PIPELINE_SHAPES = ([(c, st, 1.0, 1) for st in PIPELINE_STREAMS for c in PIPELINE_CHUNKS]
+                   + [(c, 4, t, 1) for t in PIPELINE_TAPERS for c in TAPER_CHUNKS]
+                   + [(c, 4, 1.0, q) for q in PIPELINE_TAIL_PIECES for c in PIECES_CHUNKS])
 
 
 def final_plan(model: Model, batch: int, precision: str) -> Plan:
@@ -42,7 +46,7 @@ def _measure_ours(model: Model, p: Plan, x: np.ndarray, xp: np.ndarray | None, l
     """One plan on the GPU engine: resident, pageable and (xp: the batch in pinned memory) pinned times,
     Correctness, peak device memory, optionally the pipeline sweep; and its predicted labels."""
     batch = len(x)
-    impls, chunks, streams, taper = p.impls, p.chunks, p.streams, p.taper
+    impls, chunks, streams, taper, pieces = p.impls, p.chunks, p.streams, p.taper, p.tail_pieces
     engine = gpu.engine_for(p, model)
     net = engine.net
     ours: dict = {}
@@ -52,31 +56,34 @@ def _measure_ours(model: Model, p: Plan, x: np.ndarray, xp: np.ndarray | None, l
     except ValueError as e:
         ours["resident_ms"] = {"error": str(e)}
     # From host memory the batch streams through in chunks on several streams, as the final milestone runs it.
-    times, r = host_timed(lambda: net.forward(x, impls, chunks, streams, taper=taper), warmup, reps)
+    times, r = host_timed(lambda: net.forward(x, impls, chunks, streams, taper=taper, tail_pieces=pieces), warmup,
+                          reps)
     ours["pageable_ms"] = batch_stats(times, batch)
     ours["correctness"] = accuracy(r["labels"], labels)
     ours["passes"] = int(r["passes"])
     predicted = np.asarray(r["labels"])
     if xp is not None:
         # The network alone: no per-layer op-time events (each costs time of its own between the layers).
-        times, r = host_timed(lambda: net.forward(xp, impls, chunks, streams, False, taper), warmup, reps)
+        times, r = host_timed(lambda: net.forward(xp, impls, chunks, streams, False, taper, pieces), warmup, reps)
         ours["pinned_ms"] = batch_stats(times, batch)
         ours["pinned_correctness"] = accuracy(r["labels"], labels)
         ours["peak_device_bytes"] = int(net.peak_bytes)  # before the sweep's other pipeline shapes grow buffers
         # Right after the timed calls, so the traced pass is the same replayed graph.
-        ours["pinned_trace"] = trace_pass(lambda: net.forward(xp, impls, chunks, streams, False, taper))
+        ours["pinned_trace"] = trace_pass(lambda: net.forward(xp, impls, chunks, streams, False, taper, pieces))
         # The same with the op-time events that the final milestone prints its Op Time lines from.
-        times, _ = host_timed(lambda: net.forward(xp, impls, chunks, streams, taper=taper), warmup, reps)
+        times, _ = host_timed(lambda: net.forward(xp, impls, chunks, streams, taper=taper, tail_pieces=pieces),
+                              warmup, reps)
         ours["pinned_op_times_ms"] = batch_stats(times, batch)
         if sweep:
             # How the pipeline's shape matters: the pinned time for other chunk and stream counts and tapers (the
             # final plan's, pyconv.plan.pipeline, were chosen from this sweep).
             rows = []
-            for n_chunks, n_streams, t in PIPELINE_SHAPES:
+            for n_chunks, n_streams, t, q in PIPELINE_SHAPES:
                 if n_chunks <= batch:
                     times, _ = host_timed(
-                        lambda c=n_chunks, st=n_streams, t=t: net.forward(xp, impls, c, st, False, t), warmup, reps)
-                    rows.append({"chunks": n_chunks, "streams": n_streams, "taper": t,
+                        lambda c=n_chunks, st=n_streams, t=t, q=q: net.forward(xp, impls, c, st, False, t, q),
+                        warmup, reps)
+                    rows.append({"chunks": n_chunks, "streams": n_streams, "taper": t, "tail_pieces": q,
                                  "pinned_ms": batch_stats(times, batch)})
             ours["pipeline"] = rows
     else:
@@ -109,7 +116,8 @@ def bench_end_to_end(model_name: str, batch: int, warmup: int, reps: int, torch=
     cfg = final_plan(model, batch, "fp32" if torch is None else "reduced")
     entry: dict = {"model": model.name, "arch": model.arch, "batch": batch, "model_digest": model.digest(),
                    "input": "uint8 test images (as the milestones feed them)",
-                   "chunks": cfg.chunks, "streams": cfg.streams, "taper": cfg.taper}
+                   "chunks": cfg.chunks, "streams": cfg.streams, "taper": cfg.taper,
+                   "tail_pieces": cfg.tail_pieces}
     xp = torch.from_numpy(x).pin_memory().numpy() if torch is not None else None  # page-locked: a direct DMA
     ours, predicted = _measure_ours(model, cfg, x, xp, labels, warmup, reps, sweep=True)
     if torch is not None:

@@ -58,7 +58,8 @@ def pipeline_taper(e: schema.EndToEnd) -> float:
     """The taper final runs these weights with: of the tapers the end-to-end bench swept on final's streams, the one
     whose median pinned time over the chunk counts swept at every taper is the lowest, where it beats equal parts
     (taper 1) by TAPER_MARGIN; else 1."""
-    rows = [r for r in e.pyconv.pipeline if r.streams == e.streams and r.pinned_ms and r.pinned_ms.median]
+    rows = [r for r in e.pyconv.pipeline
+            if r.streams == e.streams and r.tail_pieces == 1 and r.pinned_ms and r.pinned_ms.median]
     tapers = {r.taper for r in rows}
     if 1.0 not in tapers or len(tapers) < 2:
         return 1.0

@@ -238,6 +238,7 @@ class PipelineRow(Record):
     streams: int
     pinned_ms: Stats = field(metadata=_conv(Stats.from_dict))
     taper: float = 1.0  # each part `taper` times the one before (files before it had equal parts only)
+    tail_pieces: int = 1  # the last part's copy in pieces (files before it: one)
 
 
 @dataclass(frozen=True)
@@ -319,6 +320,7 @@ class EndToEnd(Record):
     chunks: int | None = None
     streams: int | None = None
     taper: float = 1.0  # final's parts, each `taper` times the one before (files before it: equal parts)
+    tail_pieces: int = 1  # final's last part copied in pieces (files before it: one)
     impls: list[str] = field(default_factory=list)
     fc_math: str | None = None
     pytorch: TorchEndToEnd = field(default_factory=TorchEndToEnd, metadata=_conv(TorchEndToEnd.from_dict))

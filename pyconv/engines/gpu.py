@@ -43,9 +43,9 @@ class GpuEngine:
         self.net.fc_math = fc_math
 
     def forward(self, x: np.ndarray, impls: list[str], chunks: int = 1, streams: int = 2,
-                taper: float = 1.0) -> GpuResult:
-        """Labels for x[N][C][H][W] (uint8 or float32); impls: one variant per conv layer; chunks, streams, taper:
-        the pipeline's shape (GpuNetwork.forward)."""
+                taper: float = 1.0, tail_pieces: int = 1) -> GpuResult:
+        """Labels for x[N][C][H][W] (uint8 or float32); impls: one variant per conv layer; chunks, streams, taper,
+        tail_pieces: the pipeline's shape (GpuNetwork.forward)."""
         if isinstance(impls, str):
             raise PyconvError("impls: one variant name per conv layer (a list), got a string")
         if x.dtype not in (np.uint8, np.float32):
@@ -54,7 +54,8 @@ class GpuEngine:
             raise PyconvError(f"input images are {x.shape[1:]}, model '{self.model.name}' expects "
                               f"{tuple(self.model.input_shape)}")
         try:
-            r = self.net.forward(np.ascontiguousarray(x), list(impls), chunks, streams, taper=taper)
+            r = self.net.forward(np.ascontiguousarray(x), list(impls), chunks, streams, taper=taper,
+                                 tail_pieces=tail_pieces)
         except (ValueError, RuntimeError) as e:  # RuntimeError: a student's CHECK, or CUDA after their kernel
             raise PyconvError(" ".join(str(e).split())) from None
         return GpuResult(labels=r["labels"], op_times=list(r["op_times"]), peak_bytes=r["peak_bytes"],
@@ -97,11 +98,11 @@ class MultiGpuEngine:
             self._pool.shutdown(wait=True)
 
     def forward(self, x: np.ndarray, impls: list[str], chunks: int = 1, streams: int = 2,
-                taper: float = 1.0) -> GpuResult:
+                taper: float = 1.0, tail_pieces: int = 1) -> GpuResult:
         parts = [p for p in np.array_split(x, len(self.engines)) if len(p)]
         if len(parts) == 1:
-            return self.engines[0].forward(parts[0], impls, chunks, streams, taper)
-        results = list(self._pool.map(lambda ep: ep[0].forward(ep[1], impls, chunks, streams, taper),
+            return self.engines[0].forward(parts[0], impls, chunks, streams, taper, tail_pieces)
+        results = list(self._pool.map(lambda ep: ep[0].forward(ep[1], impls, chunks, streams, taper, tail_pieces),
                                       zip(self.engines, parts)))
         # The GPUs run each layer at the same time: a layer's op time is the slowest GPU's.
         op_times = [max(ts) for ts in zip(*(r.op_times for r in results))]
@@ -122,5 +123,5 @@ def engine_for(plan: Plan, model: Model, gpus: int = 1) -> GpuEngine | MultiGpuE
 
 
 def run_plan(plan: Plan, engine: GpuEngine | MultiGpuEngine, x: np.ndarray) -> GpuResult:
-    """The batch x through `engine` with the plan's variants and pipeline (chunks, streams, taper)."""
-    return engine.forward(x, plan.impls, plan.chunks, plan.streams, plan.taper)
+    """The batch x through `engine` with the plan's variants and pipeline (chunks, streams, taper, tail pieces)."""
+    return engine.forward(x, plan.impls, plan.chunks, plan.streams, plan.taper, plan.tail_pieces)

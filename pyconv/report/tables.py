@@ -359,19 +359,23 @@ def pipeline_table(result: BenchResult) -> Table | None:
         return None
     chunks = sorted({p.chunks for _, sweep in rows for p in sweep})
     tapered = any(p.taper != 1 for _, sweep in rows for p in sweep)  # a column only in the files that swept it
+    pieced = any(p.tail_pieces != 1 for _, sweep in rows for p in sweep)
     t = Table("Pipeline shape (pinned ms: the batch in chunks queued round-robin on streams"
-              + (", each chunk `taper` times the one before)" if tapered else ")"),
-              ["model", "streams", *(["taper"] if tapered else []),
+              + (", each chunk `taper` times the one before" if tapered else "")
+              + (", the last chunk's copy in `pieces`, its conv layers on each as it lands" if pieced else "") + ")",
+              ["model", "streams", *(["taper"] if tapered else []), *(["pieces"] if pieced else []),
                *[f"{c} chunk{'s' if c > 1 else ''}" for c in chunks]])
     for e, sweep in rows:
-        for n_streams, taper in sorted({(p.streams, p.taper) for p in sweep}, key=lambda k: (k[0], -k[1])):
-            by_chunks = {p.chunks: p.pinned_ms for p in sweep if (p.streams, p.taper) == (n_streams, taper)}
-            t.rows.append([e.model, str(n_streams), *([f"{taper:g}"] if tapered else []),
-                           *[_ms(by_chunks.get(c)) for c in chunks]])
+        shapes = sorted({(p.streams, p.taper, p.tail_pieces) for p in sweep}, key=lambda k: (k[0], -k[1], k[2]))
+        for shape in shapes:
+            by_chunks = {p.chunks: p.pinned_ms for p in sweep if (p.streams, p.taper, p.tail_pieces) == shape}
+            t.rows.append([e.model, str(shape[0]), *([f"{shape[1]:g}"] if tapered else []),
+                           *([str(shape[2])] if pieced else []), *[_ms(by_chunks.get(c)) for c in chunks]])
     if rows and rows[0][0].chunks is not None:
         e = rows[0][0]
         t.notes.append(f"final runs {e.chunks} chunks on {e.streams} streams"
-                       + (f", each {e.taper:g} times the one before" if e.taper != 1 else ""))
+                       + (f", each {e.taper:g} times the one before" if e.taper != 1 else "")
+                       + (f", the last copied in {e.tail_pieces} pieces" if e.tail_pieces != 1 else ""))
     return t
 
 
