@@ -376,46 +376,6 @@ def test_the_head_kernel_matches_the_reference_and_argmax(hidden, classes):
     np.testing.assert_array_equal(network_of(model).forward(x, [M3_PICK])["labels"], np.full(len(x), 3))
 
 
-@requires_gpu
-@pytest.mark.gpu
-@needs_m3_pick
-@pytest.mark.parametrize("hidden", [140, 30])
-def test_a_split_k_gemm_before_the_head_gives_the_logits_of_one_gemm(hidden):
-    """FcMath FP16: the GEMM before the head split along its inputs (fc_split_k), the head adding the partial sums:
-    the logits of the unsplit GEMM within float32 rounding, the labels their argmax. 800 inputs and the buffers
-    take 1, 2 or 4 slices (3 runs as 2, 8 as 4); hidden 30 (the head's warp-per-row form) is never split."""
-    rng = np.random.default_rng(SEED + 12)
-    C, H, W = 2, 12, 12
-    flat = 8 * 10 * 10
-    layers = [Layer("conv", name="c", out_channels=8, kernel=3,
-                    weight=rng.uniform(-0.01, 0.01, (8, C, 3, 3)).astype(np.float32)), Layer("flatten"),
-              Layer("fc", name="f1", out_features=hidden,
-                    weight=(rng.uniform(-1, 1, (hidden, flat)) / np.sqrt(flat / 3)).astype(np.float32),
-                    bias=rng.uniform(-0.5, 0.5, hidden).astype(np.float32)), Layer("tanh"),
-              Layer("fc", name="f2", out_features=10,
-                    weight=(rng.uniform(-1, 1, (10, hidden)) / np.sqrt(hidden / 3)).astype(np.float32),
-                    bias=rng.uniform(-0.5, 0.5, 10).astype(np.float32))]
-    x = rng.integers(1, 256, (301, C, H, W)).astype(np.uint8)
-    net = network_of(tiny_net(layers, (C, H, W)))
-    net.fc_math = "fp16"
-    assert net.fc_split_k == 0
-    net.fc_split_k = 1
-    one = net.logits(x, [M3_PICK])
-    assert np.abs(one).max() > 0.5
-    for k in (2, 3, 4, 8):
-        net.fc_split_k = k
-        got = net.logits(x, [M3_PICK])
-        ok, msg = close(got, one, 1e-5, 1e-5)
-        assert ok, f"fc_split_k={k}: {msg}"
-        if hidden == 30:
-            np.testing.assert_array_equal(got, one)
-        np.testing.assert_array_equal(net.forward(x, [M3_PICK])["labels"], got.argmax(axis=1))
-    for bad in (-1, 65):
-        with pytest.raises(ValueError, match="fc_split_k must be in 0..64"):
-            net.fc_split_k = bad
-    assert net.fc_split_k == 8
-
-
 HALF_OUT = "gpu-tensor-core-f16"  # a conv variant that writes its output in half (launch_f16_out)
 HALF_OUT_FIRST = "gpu-split-f16-fused"  # the same from the uint8 images, with tanh + pool (launch_u8_f16_out)
 

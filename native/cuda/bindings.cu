@@ -386,11 +386,6 @@ PYBIND11_MODULE(_gpu, m) {
           "How the fully connected layers multiply: 'fp32' (cublasSgemm, the default), 'tf32' (tensor cores,\n"
           "operands rounded to 10 mantissa bits, float32 sums) or 'fp16' (tensor cores, operands in half, float32\n"
           "sums; a conv variant with an FP16 output path writes the FC layer's input in half itself).")
-      .def_property(
-          "fc_split_k", [](const PyNetwork& self) { return self.net->fc_splits(); },
-          [](PyNetwork& self, int n) { self.net->set_fc_splits(n); },
-          "Under 'fp16', the split-K of the GEMM before the head (the head adds the partial sums): 0, the default,\n"
-          "takes the built-in rule for each chunk's rows; n in 1..64 forces n where the inputs and buffers allow.")
       .def_property_readonly("conv_layers", [](const PyNetwork& self) { return self.net->conv_count(); })
       .def_property_readonly("device", [](const PyNetwork& self) { return self.net->device(); });
 }

@@ -165,14 +165,13 @@ constexpr int64_t kHeadQuadMaxHidden = 256;
 constexpr int64_t kHeadWideMinPieces = 16;  // hidden >= 64: 16 lanes per row
 constexpr int kHeadQuadMaxWeights = 4096;  // W2 entries (classes x hidden) it takes: 8 float4 loads per thread
 static_assert(kHeadQuadMaxWeights % (4 * kHeadQuadThreads) == 0 && kHeadMaxClasses <= kHeadQuadThreads);
-template <int LPR, int QV, bool SPLIT = false>  // SPLIT: h is `parts` partial sums (only the 16-lane form has it)
+template <int LPR, int QV>
 __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const float* __restrict__ h, int64_t ldh,
                                                                         const float* __restrict__ b1, Activation act,
                                                                         const float* __restrict__ w2,
                                                                         const float* __restrict__ b2, float* logits,
                                                                         int32_t* __restrict__ labels, int64_t rows,
-                                                                        int hidden, int classes, int parts,
-                                                                        int64_t part_stride) {
+                                                                        int hidden, int classes) {
   extern __shared__ float4 s_head4[];
   float* s_w2 = reinterpret_cast<float*>(s_head4);  // [classes][hidden], each row 16-byte aligned (hidden % 4 == 0)
   float* s_b1 = s_w2 + classes * hidden;            // [hidden]
@@ -216,13 +215,7 @@ __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const fl
       const int j = q + LPR * i;
       a[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (live && j < nvec) {
-        float4 v = hr[j];
-        if constexpr (SPLIT)
-          for (int p = 1; p < parts; ++p) {
-            const float4 u = hr[p * (part_stride / 4) + j];
-            v = make_float4(v.x + u.x, v.y + u.y, v.z + u.z, v.w + u.w);
-          }
-        const float4 bb = bv4[j];
+        const float4 v = hr[j], bb = bv4[j];
         a[i] = make_float4(activate(v.x + bb.x, act), activate(v.y + bb.y, act), activate(v.z + bb.z, act),
                            activate(v.w + bb.w, act));
       }
@@ -332,37 +325,16 @@ void fc_gemm(cublasHandle_t h, const float* x, const float* w, float* y, int64_t
 }
 
 void fc_gemm_f16(cublasHandle_t h, const __half* x, const __half* w, float* y, int64_t rows, int64_t in,
-                 int64_t out, int64_t ldy, cudaStream_t st, int splits) {
+                 int64_t out, int64_t ldy, cudaStream_t st) {
   if (rows <= 0) return;
-  if (rows > INT32_MAX || in > INT32_MAX || ldy > INT32_MAX || out > ldy || rows * ldy > INT32_MAX)
+  if (rows > INT32_MAX || in > INT32_MAX || ldy > INT32_MAX || out > ldy)
     throw std::invalid_argument("fully_connected: dimensions beyond 2^31 are not supported by cuBLAS");
-  if (splits < 1 || in % (8 * int64_t(splits)) != 0)
-    throw std::invalid_argument("fc_gemm_f16: splits must be >= 1 and divide the inputs into multiples of 8");
   // As fc_gemm: y^T[out][rows] (ldc = ldy) = W[out][in] . x^T[in][rows], both operands half, sums in float32.
   const float one = 1.0f, zero = 0.0f;
   CUBLAS_CHECK(cublasSetStream(h, st));
-  if (splits == 1) {
-    CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in), &one, w, CUDA_R_16F, int(in),
-                              x, CUDA_R_16F, int(in), &zero, y, CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT));
-    return;
-  }
-  // Slice s: the inputs [s k, (s + 1) k) of every row of x and W (the same leading dimensions, the pointers k
-  // halves on), its partial y^T one rows x ldy block on.
-  const int64_t k = in / splits;
-  CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(k), &one, w,
-                                          CUDA_R_16F, int(in), k, x, CUDA_R_16F, int(in), k, &zero, y, CUDA_R_32F,
-                                          int(ldy), rows * ldy, splits, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
-bool head_adds_parts(int64_t hidden, int64_t classes) {
-  return hidden % 4 == 0 && hidden / 4 >= kHeadWideMinPieces && hidden <= kHeadQuadMaxHidden &&
-         hidden * classes <= kHeadQuadMaxWeights && fits_head(hidden, classes);
-}
-
-int fc16_splits(int64_t rows, int64_t in, int64_t out) {
-  (void)rows; (void)in; (void)out;
-  return 1;
+  CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(out), int(rows), int(in), &one, w, CUDA_R_16F, int(in), x,
+                            CUDA_R_16F, int(in), &zero, y, CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
 }
 
 void fully_connected_f16(cublasHandle_t h, const __half* x, const __half* w, const float* b, float* y, int64_t rows,
@@ -391,13 +363,9 @@ void argmax_rows(const float* x, int32_t* labels, int64_t rows, int64_t cols, cu
 }
 
 void fc_head(const float* h, int64_t ldh, const float* b1, Activation act, const float* w2, const float* b2,
-             float* logits, int32_t* labels, int64_t rows, int64_t hidden, int64_t classes, cudaStream_t st,
-             int parts, int64_t part_stride) {
+             float* logits, int32_t* labels, int64_t rows, int64_t hidden, int64_t classes, cudaStream_t st) {
   if (rows <= 0) return;
   if (ldh < hidden) throw std::invalid_argument("fc_head: row stride below the hidden width");
-  if (parts < 1 || (parts > 1 && (part_stride < rows * ldh || !head_adds_parts(hidden, classes))))
-    throw std::invalid_argument("fc_head: parts must be >= 1; partial sums (parts > 1) need head_adds_parts and "
-                                "part_stride >= rows * ldh");
   if (!fits_head(hidden, classes))
     throw std::invalid_argument("fc_head: takes 1.." + std::to_string(kHeadMaxHidden) + " hidden features, 1.." +
                                 std::to_string(kHeadMaxClasses) + " classes and at most " +
@@ -410,23 +378,18 @@ void fc_head(const float* h, int64_t ldh, const float* b1, Activation act, const
                                                            int(classes));
   };
   const bool aligned = reinterpret_cast<uintptr_t>(h) % 16 == 0 && reinterpret_cast<uintptr_t>(w2) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(b1) % 16 == 0 && ldh % 4 == 0 && part_stride % 4 == 0;
+                       reinterpret_cast<uintptr_t>(b1) % 16 == 0 && ldh % 4 == 0;
   if (hidden % 4 == 0 && hidden <= kHeadQuadMaxHidden && hidden * classes <= kHeadQuadMaxWeights && aligned) {
     const int64_t nvec = hidden / 4;
     auto launch_quad = [&](auto kernel, int lpr) {
       const int64_t rows_per_block = kHeadQuadThreads / lpr;
       const int64_t quad_blocks = std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, 8192);
       kernel<<<unsigned(quad_blocks), kHeadQuadThreads, smem, st>>>(h, ldh, b1, act, w2, b2, logits, labels, rows,
-                                                                    int(hidden), int(classes), parts, part_stride);
+                                                                    int(hidden), int(classes));
     };
     if (nvec >= kHeadWideMinPieces) {  // 16 lanes per row
       const int64_t qv = (nvec + 15) / 16;
-      if (parts > 1) {
-        if (qv <= 1) launch_quad(fc_head_quad_kernel<16, 1, true>, 16);
-        else if (qv <= 2) launch_quad(fc_head_quad_kernel<16, 2, true>, 16);
-        else if (qv <= 3) launch_quad(fc_head_quad_kernel<16, 3, true>, 16);
-        else launch_quad(fc_head_quad_kernel<16, 4, true>, 16);
-      } else if (qv <= 1) launch_quad(fc_head_quad_kernel<16, 1>, 16);
+      if (qv <= 1) launch_quad(fc_head_quad_kernel<16, 1>, 16);
       else if (qv <= 2) launch_quad(fc_head_quad_kernel<16, 2>, 16);
       else if (qv <= 3) launch_quad(fc_head_quad_kernel<16, 3>, 16);
       else launch_quad(fc_head_quad_kernel<16, 4>, 16);
@@ -440,7 +403,6 @@ void fc_head(const float* h, int64_t ldh, const float* b1, Activation act, const
     CUDA_CHECK_LAUNCH();
     return;
   }
-  if (parts > 1) throw std::invalid_argument("fc_head: partial sums need 16-byte aligned rows and pointers");
   const int64_t q = (hidden + 31) / 32;
   if (q <= 2) launch(fc_head_kernel<2>);
   else if (q <= 4) launch(fc_head_kernel<4>);

@@ -82,13 +82,9 @@ void fc_gemm(cublasHandle_t h, const float* x, const float* w, float* y, int64_t
              FcMath math, cudaStream_t st);
 
 // FcMath::FP16: y[rows][ldy] (the first `out` columns written) = x[rows][in] W^T in float32, x and W[out][in] in
-// half. splits > 1 (in a multiple of 8 * splits): split-K, one strided batched GEMM over `splits` slices of `in`,
-// slice s's partial sums in y + s * rows * ldy (the head adds them: fc_head's parts).
+// half.
 void fc_gemm_f16(cublasHandle_t h, const __half* x, const __half* w, float* y, int64_t rows, int64_t in,
-                 int64_t out, int64_t ldy, cudaStream_t st, int splits = 1);
-// The split-K of the FP16 GEMM before the head: a few hundred to a few thousand rows (a chunk of final's pass) by
-// thousands of inputs make few tiles with a long K loop each.
-int fc16_splits(int64_t rows, int64_t in, int64_t out);
+                 int64_t out, int64_t ldy, cudaStream_t st);
 // fully_connected with fc_gemm_f16 (y dense, [rows][out]).
 void fully_connected_f16(cublasHandle_t h, const __half* x, const __half* w, const float* b, float* y, int64_t rows,
                          int64_t in, int64_t out, Activation act, cudaStream_t st);
@@ -106,13 +102,8 @@ inline bool fits_head(int64_t hidden, int64_t classes) {
   return hidden >= 1 && hidden <= kHeadMaxHidden && classes >= 1 && classes <= kHeadMaxClasses &&
          hidden * classes <= kHeadMaxWeights;
 }
-// ldh: the stride of h's rows (>= hidden: the padded width of an FP16 GEMM's output, fc16_rows). parts > 1: h is
-// the sum of `parts` partial outputs part_stride floats apart (a split-K GEMM's), added in order; only the head
-// with 16 lanes per row adds them (head_adds_parts: hidden a multiple of 4 from 64 to 256; h, b1, w2 16-byte
-// aligned, ldh and part_stride multiples of 4).
-bool head_adds_parts(int64_t hidden, int64_t classes);
+// ldh: the stride of h's rows (>= hidden: the padded width of an FP16 GEMM's output, fc16_rows).
 void fc_head(const float* h, int64_t ldh, const float* b1, Activation act, const float* w2, const float* b2,
-             float* logits, int32_t* labels, int64_t rows, int64_t hidden, int64_t classes, cudaStream_t st,
-             int parts = 1, int64_t part_stride = 0);
+             float* logits, int32_t* labels, int64_t rows, int64_t hidden, int64_t classes, cudaStream_t st);
 
 }  // namespace pyconv

@@ -101,11 +101,6 @@ GpuNetwork::~GpuNetwork() {
   cudaSetDevice(device_);
 }
 
-void GpuNetwork::set_fc_splits(int n) {
-  if (n < 0 || n > 64) throw std::invalid_argument("fc_split_k must be in 0..64 (0: the default rule)");
-  fc_splits_ = n;  // part of a captured pass's key (graph_key)
-}
-
 void GpuNetwork::set_fc_math(FcMath m) {
   if (m == FcMath::FP16) {
     CUDA_CHECK(cudaSetDevice(device_));
@@ -237,7 +232,6 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
     throw std::logic_error("run_lane: only the image steps run on part of a part's rows");
   // Row r0 of a buffer holding `per_row` values per image (of type T).
   const auto at = [&](auto* p, int64_t per_row) { return p + span.row0 * per_row; };
-  int fc_parts = 1;  // the split-K of the GEMM before the head: partial outputs the head adds
   for (size_t si = 0; si < end; ++si) {
     const Step& step = plan.steps[si];
     const Layer& ly = *step.layer;
@@ -304,7 +298,7 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
           const Step& prev = plan.steps[si - 1];
           const int64_t ldh = fc_math_ == FcMath::FP16 ? fc16_rows(ly.in_c) : ly.in_c;
           fc_head(cur, ldh, prev.layer->b.get(), prev.fc_act, ly.w.get(), ly.b.get(), other, labels, rows,
-                  ly.in_c, ly.out_c, st, fc_parts, rows * ldh);
+                  ly.in_c, ly.out_c, st);
         } else if (fc_math_ == FcMath::FP16) {
           // half input: as the conv before wrote it, or rounded here into `other` (the GEMM then writes into cur,
           // whose float32 input it no longer needs)
@@ -315,15 +309,9 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
             x16 = reinterpret_cast<const __half*>(other);
             y = cur;
           }
-          if (plan.head && si + 2 == nsteps) {  // every padded column: the head reads the first out_c of each row
-            const int64_t ldy = fc16_rows(ly.out_c);
-            fc_parts = !head_adds_parts(ly.out_c, plan.classes) ? 1
-                       : fc_splits_ > 0                          ? fc_splits_
-                                                                 : fc16_splits(rows, ly.in_c, ly.out_c);
-            // as many as the buffer holds (rows * max_elems floats) and as divide the inputs in multiples of 8
-            while (fc_parts > 1 && (fc_parts * ldy > plan.max_elems || ly.in_c % (8 * fc_parts) != 0)) --fc_parts;
-            fc_gemm_f16(L.blas.get(), x16, ly.w16.get(), y, rows, ly.in_c, ldy, ldy, st, fc_parts);
-          }
+          if (plan.head && si + 2 == nsteps)  // every padded column: the head reads the first out_c of each row
+            fc_gemm_f16(L.blas.get(), x16, ly.w16.get(), y, rows, ly.in_c, fc16_rows(ly.out_c), fc16_rows(ly.out_c),
+                        st);
           else
             fully_connected_f16(L.blas.get(), x16, ly.w16.get(), ly.b.get(), y, rows, ly.in_c, ly.out_c, step.fc_act,
                                 st);
@@ -415,8 +403,7 @@ std::vector<int64_t> GpuNetwork::chunk_starts(int64_t rows, int chunks, double t
 GpuNetwork::GraphKey GpuNetwork::graph_key(const Chunking& ck, const uint8_t* src, bool on_device, InputType type,
                                            const Plan& plan, const int32_t* labels_dst) const {
   GraphKey k;
-  k.sizes = {int64_t(ck.nlanes), int64_t(type), int64_t(fc_math_), int64_t(fc_splits_), int64_t(ck.timing),
-             int64_t(on_device)};
+  k.sizes = {int64_t(ck.nlanes), int64_t(type), int64_t(fc_math_), int64_t(ck.timing), int64_t(on_device)};
   k.sizes.insert(k.sizes.end(), ck.at.begin(), ck.at.end());
   k.sizes.push_back(-1);
   k.sizes.insert(k.sizes.end(), ck.piece_at.begin(), ck.piece_at.end());

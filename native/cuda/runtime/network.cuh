@@ -127,10 +127,6 @@ class GpuNetwork {
   // FcMath::FP16 rounds each fully connected layer's weights to half once, here (the first time it is set).
   void set_fc_math(FcMath m);
   FcMath fc_math() const { return fc_math_; }
-  // The split-K of an FP16 GEMM before the head (fc_gemm_f16's splits): 0 (the default) takes fc16_splits' rule
-  // for each part's rows; n > 0 forces n where the inputs and buffers allow it (fewer where not).
-  void set_fc_splits(int n);
-  int fc_splits() const { return fc_splits_; }
   size_t conv_count() const { return conv_count_; }
   int64_t classes() const { return layers_.back().out_c; }
   size_t peak_bytes() const { return peak_bytes_; }
@@ -271,7 +267,6 @@ class GpuNetwork {
   bool graph_refused_ = false;                    // capturing seen_key_'s pass failed: it runs without a graph
   size_t peak_bytes_ = 0;
   FcMath fc_math_ = FcMath::FP32;
-  int fc_splits_ = 0;
 };
 
 }  // namespace pyconv
