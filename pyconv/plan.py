@@ -70,10 +70,12 @@ STREAMS = 4
 FINAL_TAPER = 1.0
 # final's last part is copied in FINAL_TAIL_PIECES pieces, its conv layers running on each piece as it lands and its
 # FC layers on the whole part after the last (GpuNetwork::forward's tail_pieces): what computes after the last copy
-# is half the part's conv layers and its FC layers. sp19 pinned on an H200, 4 parts on 4 streams, one process
-# (results/bench-e2e-nvidia-h200-2026-11-25-sp19-pieces.json's pipeline rows): see the tail_pieces rows there; in
-# the probes before it 0.537 ms in 1 piece, 0.516 in 2, 0.535 in 3, 0.561 in 4: from 3 pieces on, the pieces'
-# conv layers and the part before them outrun the copies they overlap, and each piece costs a copy's gap.
+# is half the part's conv layers and its FC layers. sp19 pinned on an H200, 4 parts on 4 streams: final's own
+# measurement 0.516 ms in 2 pieces, the pipeline rows of the same run 0.553 in 1 piece, 0.542 in 2, 0.552 in 3,
+# 0.578 in 4 (results/bench-e2e-nvidia-h200-2026-11-25-sp19-pieces.json; at 5-8 parts 2 pieces gained nothing);
+# probes before it, rounds interleaved in one process: 0.537 in 1, 0.516 in 2, 0.535 in 3, 0.561 in 4. From 3
+# pieces on, the pieces' conv layers and the part before them fall behind the copies they overlap, and each
+# piece costs a copy's gap.
 FINAL_TAIL_PIECES = 2
 
 
