@@ -85,6 +85,9 @@ class Verdict:
     # the pipeline taper final runs these weights with: the same run's sweep (pyconv.bench.evidence.pipeline_taper);
     # 1 (equal parts) where the file does not record it
     taper: float = 1.0
+    # the pieces final copies its last part in: the same run's sweep (pyconv.bench.evidence.pipeline_tail_pieces);
+    # 1 where the file does not record it
+    tail_pieces: int = 1
 
 
 @dataclass
@@ -128,7 +131,7 @@ class Evidence:
                                "reduced_precision_ok": v.reduced_precision_ok, "date": v.date, "source": v.source,
                                "differ_vs_pytorch": v.differ_vs_pytorch,
                                "impls": None if v.impls is None else list(v.impls), "fc_math": v.fc_math,
-                               "taper": v.taper}
+                               "taper": v.taper, "tail_pieces": v.tail_pieces}
                               for _, v in sorted(self.verdicts.items(), key=lambda kv: (kv[1].model, kv[0]))],
                 "fallback_order": list(self.fallback_order)}
 
@@ -155,10 +158,14 @@ class Evidence:
                 taper = float(v.get("taper", 1.0))
                 if not 0 < taper <= 4:
                     raise ValueError(f"precision 'taper' must be in (0, 4], got {taper!r}")
+                pieces = v.get("tail_pieces", 1)
+                if not (isinstance(pieces, int) and not isinstance(pieces, bool) and 1 <= pieces <= 64):
+                    raise ValueError(f"precision 'tail_pieces' must be an integer in 1..64, got {pieces!r}")
                 verdicts[str(v["model_digest"])] = Verdict(str(v["model"]), str(v["model_digest"]),
                                                            bool(v["reduced_precision_ok"]), str(v["date"]),
                                                            str(v["source"]), None if d is None else int(d),
-                                                           None if impls is None else tuple(impls), fc, taper)
+                                                           None if impls is None else tuple(impls), fc, taper,
+                                                           pieces)
             return cls(gpu=str(doc["gpu"]), layers=layers, verdicts=verdicts,
                        fallback_order=tuple(str(n) for n in doc["fallback_order"]), path=path)
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:

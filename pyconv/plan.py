@@ -68,15 +68,18 @@ STREAMS = 4
 # times slower than it copies, ran 2.49-2.52 ms at taper 2 against 2.63-2.67 at 1 (4-8 chunks on 4 streams,
 # results/bench-e2e-nvidia-h200-2026-11-24-sp19-fa17-fa19-sp18-labels.json).
 FINAL_TAPER = 1.0
-# final's last part is copied in FINAL_TAIL_PIECES pieces, its conv layers running on each piece as it lands and its
-# FC layers on the whole part after the last (GpuNetwork::forward's tail_pieces): what computes after the last copy
-# is half the part's conv layers and its FC layers. sp19 pinned on an H200, 4 parts on 4 streams: final's own
-# measurement 0.516 ms in 2 pieces, the pipeline rows of the same run 0.553 in 1 piece, 0.542 in 2, 0.552 in 3,
-# 0.578 in 4 (results/bench-e2e-nvidia-h200-2026-11-25-sp19-pieces.json; at 5-8 parts 2 pieces gained nothing);
-# probes before it, rounds interleaved in one process: 0.537 in 1, 0.516 in 2, 0.535 in 3, 0.561 in 4. From 3
-# pieces on, the pieces' conv layers and the part before them fall behind the copies they overlap, and each
-# piece costs a copy's gap.
-FINAL_TAIL_PIECES = 2
+# final's last part is copied in pieces, its conv layers running on each piece as it lands and its FC layers on the
+# whole part after the last (GpuNetwork::forward's tail_pieces), where the precision verdict for these weights
+# found that faster in its pipeline sweep (pyconv.bench.evidence.pipeline_tail_pieces); else in one piece
+# (FINAL_TAIL_PIECES). What computes after the last copy is then the last piece's conv layers and the part's FC
+# layers. sp19 pinned on an H200, 4 parts on 4 streams: final's own measurement 0.516 ms in 2 pieces, the pipeline
+# rows of the same run 0.553 in 1 piece, 0.542 in 2, 0.552 in 3, 0.578 in 4
+# (results/bench-e2e-nvidia-h200-2026-11-25-sp19-pieces.json; at 5-8 parts 2 pieces gained nothing); probes before
+# it, rounds interleaved in one process: 0.537 in 1, 0.516 in 2, 0.535 in 3, 0.561 in 4. From 3 pieces on, the
+# pieces' conv layers and the part before them fall behind the copies they overlap, and each piece costs a copy's
+# gap. A network that computes slower than it copies gains nothing after its last copy and pays for the pieces
+# (fa19 at 4 parts: 2.74 ms in 1 piece, 2.84 in 2; -fa19-sp18-high-course-pieces.json).
+FINAL_TAIL_PIECES = 1
 
 
 def pipeline(milestone: str, batch: int) -> tuple[int, int, float, int]:
@@ -475,7 +478,8 @@ def plan(milestone: str, sites: Sequence[ConvSite], variants: Sequence[Variant],
                     chunks, streams, taper)
     verdict = evidence.verdict(model_digest) if evidence is not None else None
     if chunks > 1 and verdict is not None:
-        taper = verdict.taper  # what the end-to-end bench's pipeline sweep measured fastest for these weights
+        # what the end-to-end bench's pipeline sweep measured fastest for these weights
+        taper, pieces = verdict.taper, verdict.tail_pieces
     if any(v.role("final").choosable for v in mine):
         d = precision_decision(evidence, model_digest, precision, variants=mine)
         choices = [_final_choice(mine, s, evidence, d.convs) for s in sites]

@@ -187,6 +187,41 @@ def sweep(rows):
             for t, times in rows.items() for c, ms in zip((3, 4, 5), times, strict=True)]
 
 
+def test_a_verdict_records_the_tail_pieces_its_pipeline_sweep_found_fastest(tmp_path):
+    """The piece count whose median over final's chunk count and the counts beside it (equal parts, final's
+    streams) is lowest, where it beats one piece by PIECES_MARGIN; one piece otherwise, and where the sweep had no
+    pieces or the file no sweep; the file keeps it, refuses a count outside 1..64."""
+    def entry(digest, rows, chunks=4):
+        pipeline = [{"chunks": c, "streams": 4, "taper": 1.0, "tail_pieces": q, "pinned_ms": {"median": ms}}
+                    for q, times in rows.items() for c, ms in zip((3, 4, 5), times, strict=True)]
+        # a far chunk count where pieces win by much: not final's neighbourhood, not counted
+        pipeline += [{"chunks": 16, "streams": 4, "taper": 1.0, "tail_pieces": q, "pinned_ms": {"median": 1.0 / q}}
+                     for q in rows]
+        return dict(verdict(digest, True), streams=4, chunks=chunks,
+                    pyconv={"differ_vs_pytorch": 0, "pipeline": pipeline})
+
+    faster = entry("sp19", {1: [0.574, 0.553, 0.541], 2: [0.553, 0.542, 0.540], 3: [0.556, 0.552, 0.548]})
+    within_noise = entry("high", {1: [0.456, 0.489, 0.502], 2: [0.461, 0.486, 0.505]})
+    slower = entry("fa19", {1: [2.88, 2.74, 2.76], 2: [2.97, 2.84, 2.83]})
+    one_piece = entry("eq", {1: [0.6, 0.5, 0.55]})
+    ev = build.merge(None, run("2000-01-01", e2e=[faster, within_noise, slower, one_piece, verdict("old", True)]),
+                     "a.json")
+    assert {d: v.tail_pieces for d, v in ev.verdicts.items()} == {"sp19": 2, "high": 1, "fa19": 1, "eq": 1,
+                                                                  "old": 1}
+    path = evidence.save(ev, tmp_path / "g.json")
+    assert evidence.load(path).verdict("sp19").tail_pieces == 2
+    doc = json.loads(path.read_text())
+    for v in doc["precision"]:
+        del v["tail_pieces"]
+    path.write_text(json.dumps(doc))
+    assert all(v.tail_pieces == 1 for v in evidence.load(path).verdicts.values())
+    for bad in (0, 65, 2.5, True):
+        doc["precision"][0]["tail_pieces"] = bad
+        path.write_text(json.dumps(doc))
+        with pytest.raises(PyconvError, match=r"malformed.*tail_pieces' must be an integer in 1\.\.64"):
+            evidence.load(path)
+
+
 def test_a_verdict_records_the_taper_its_pipeline_sweep_found_fastest(tmp_path):
     """The taper whose median over the chunk counts swept at every taper is lowest, where it beats equal parts by
     TAPER_MARGIN; equal parts otherwise, and where the sweep had no tapers or the file no sweep."""

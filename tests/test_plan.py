@@ -344,6 +344,18 @@ def test_final_takes_the_taper_of_the_verdict_for_its_weights():
     assert plan.plan("final", few, ladder(), e, model_digest="d").taper == 1.0
 
 
+def test_final_takes_the_tail_pieces_of_the_verdict_for_its_weights():
+    e = ev(conv1=[("fused", 0.2)], conv2=[("direct", 0.3)])
+    e.verdicts["d"] = Verdict("m", "d", True, "2000-01-02", "bench-e2e-x.json", 0, tail_pieces=2)
+    p = plan.plan("final", SITES, ladder(), e, model_digest="d")
+    assert p.tail_pieces == 2 and p.taper == 1.0
+    assert "4 chunk(s) on 4 streams, the last copied in 2 pieces (its conv layers on each as it lands)" in p.lines()[1]
+    assert plan.plan("final", SITES, ladder(), e, model_digest="other").tail_pieces == plan.FINAL_TAIL_PIECES == 1
+    assert plan.plan("4", SITES, ladder(), e, model_digest="d").tail_pieces == 1  # final only
+    few = [dataclasses.replace(s, B=8) for s in SITES]  # a batch run whole: no parts
+    assert plan.plan("final", few, ladder(), e, model_digest="d").tail_pieces == 1
+
+
 def test_the_plan_line_names_a_taper(monkeypatch):
     monkeypatch.setattr(plan, "FINAL_TAPER", 0.7)
     p = plan.plan("final", SITES, ladder())

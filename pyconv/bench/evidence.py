@@ -52,6 +52,11 @@ def fallback_order(layers) -> tuple[str, ...]:
 # sweep's rows are single medians with ~0.01-0.02 ms of run-to-run noise on sp19 (results/bench-e2e-nvidia-h200-
 # 2026-11-24-sp19-taper-sweep.json, -sp19-taper.json and -sp19-fa17-fa19-sp18-labels.json, the same shapes three times).
 TAPER_MARGIN = 0.03
+# Tail pieces must beat one piece by this much, over final's chunk count and the counts beside it. Their gain is
+# smaller than a taper's: on sp19 (H200) 2-4% at 4 parts in five measurements, none at 5-8 parts; on the networks
+# that compute slower than they copy they cost 1-4% (fa19, sp18:
+# results/bench-e2e-nvidia-h200-2026-11-25-sp19-pieces.json, -fa19-sp18-high-course-pieces.json).
+PIECES_MARGIN = 0.01
 
 
 def pipeline_taper(e: schema.EndToEnd) -> float:
@@ -72,6 +77,27 @@ def pipeline_taper(e: schema.EndToEnd) -> float:
 
     best = min(sorted(tapers), key=median)
     return best if median(best) < (1 - TAPER_MARGIN) * median(1.0) else 1.0
+
+
+def pipeline_tail_pieces(e: schema.EndToEnd) -> int:
+    """The tail pieces final runs these weights with: of the piece counts the end-to-end bench swept on final's
+    streams at equal parts, the one whose median pinned time over final's chunk count and the counts one below and
+    above it is the lowest, where it beats one piece by PIECES_MARGIN; else 1."""
+    near = {e.chunks - 1, e.chunks, e.chunks + 1} if e.chunks else set()
+    rows = [r for r in e.pyconv.pipeline if r.streams == e.streams and r.taper == 1 and r.chunks in near
+            and r.pinned_ms and r.pinned_ms.median]
+    counts = {r.tail_pieces for r in rows}
+    if 1 not in counts or len(counts) < 2:
+        return 1
+    chunks = set.intersection(*({r.chunks for r in rows if r.tail_pieces == q} for q in counts))
+    if not chunks:
+        return 1
+
+    def median(q: int) -> float:
+        return statistics.median(r.pinned_ms.median for r in rows if r.tail_pieces == q and r.chunks in chunks)
+
+    best = min(sorted(counts), key=median)
+    return best if median(best) < (1 - PIECES_MARGIN) * median(1) else 1
 
 
 def merge(ev: Evidence | None, result: BenchResult, source: str) -> Evidence | None:
@@ -108,7 +134,8 @@ def merge(ev: Evidence | None, result: BenchResult, source: str) -> Evidence | N
                 candidate, impls, fc = e.pyconv_reduced, e.pyconv_reduced.impls, e.pyconv_reduced.fc_math
             verdicts[e.model_digest] = Verdict(e.model, e.model_digest, bool(e.reduced_precision_ok), result.date,
                                                source, candidate.differ_vs_pytorch,
-                                               tuple(impls) if impls else None, fc, pipeline_taper(e))
+                                               tuple(impls) if impls else None, fc, pipeline_taper(e),
+                                               pipeline_tail_pieces(e))
     return Evidence(gpu=ev.gpu, layers=layers, verdicts=verdicts, fallback_order=fallback_order(layers.values()),
                     path=ev.path)
 
