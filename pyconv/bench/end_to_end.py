@@ -29,6 +29,12 @@ TAPER_CHUNKS = (3, 4, 5, 6, 8)
 # Then equal parts on 4 streams with the last part's copy in pieces (tail_pieces; every other row has one piece).
 PIPELINE_TAIL_PIECES = (2, 3, 4)
 PIECES_CHUNKS = (3, 4, 5, 6, 8)
+# The sweep's shapes are timed in rounds, each round every shape in turn (a share of the reps each): a drift over
+# the sweep's seconds then moves every shape alike instead of the shapes timed last. Timed one after another, one
+# shape's two measurements in one run differed by up to 6% (final's pinned time and its sweep row, sp19 on an H200:
+# results/bench-e2e-nvidia-h200-2026-11-25-sp19-pieces.json 0.516 and 0.542 ms, -2026-11-24-sp19-taper.json 0.542
+# and 0.575), more than the 1-4% the tail pieces and tapers are chosen by.
+PIPELINE_ROUNDS = 4
 PIPELINE_SHAPES = ([(c, st, 1.0, 1) for st in PIPELINE_STREAMS for c in PIPELINE_CHUNKS]
                    + [(c, 4, t, 1) for t in PIPELINE_TAPERS for c in TAPER_CHUNKS]
                    + [(c, 4, 1.0, q) for q in PIPELINE_TAIL_PIECES for c in PIECES_CHUNKS])
@@ -77,15 +83,17 @@ def _measure_ours(model: Model, p: Plan, x: np.ndarray, xp: np.ndarray | None, l
         if sweep:
             # How the pipeline's shape matters: the pinned time for other chunk and stream counts and tapers (the
             # final plan's, pyconv.plan.pipeline, were chosen from this sweep).
-            rows = []
-            for n_chunks, n_streams, t, q in PIPELINE_SHAPES:
-                if n_chunks <= batch:
-                    times, _ = host_timed(
-                        lambda c=n_chunks, st=n_streams, t=t, q=q: net.forward(xp, impls, c, st, False, t, q),
-                        warmup, reps)
-                    rows.append({"chunks": n_chunks, "streams": n_streams, "taper": t, "tail_pieces": q,
-                                 "pinned_ms": batch_stats(times, batch)})
-            ours["pipeline"] = rows
+            shapes = [s for s in PIPELINE_SHAPES if s[0] <= batch]
+            swept: dict[tuple, list[float]] = {s: [] for s in shapes}
+            for _ in range(PIPELINE_ROUNDS):
+                for s in shapes:
+                    # warm-up each round: the shape before was another graph (the first call runs plain, the
+                    # second captures)
+                    times, _ = host_timed(lambda s=s: net.forward(xp, impls, s[0], s[1], False, s[2], s[3]),
+                                          max(warmup, 2), -(-reps // PIPELINE_ROUNDS))
+                    swept[s] += times
+            ours["pipeline"] = [{"chunks": c, "streams": st, "taper": t, "tail_pieces": q,
+                                 "pinned_ms": batch_stats(swept[(c, st, t, q)], batch)} for c, st, t, q in shapes]
     else:
         ours["pinned_ms"] = {"error": "needs PyTorch to allocate pinned host memory"}
     ours.setdefault("peak_device_bytes", int(net.peak_bytes))
