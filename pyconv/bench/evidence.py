@@ -53,9 +53,9 @@ def fallback_order(layers) -> tuple[str, ...]:
 # 2026-11-24-sp19-taper-sweep.json, -sp19-taper.json and -sp19-fa17-fa19-sp18-labels.json, the same shapes three times).
 TAPER_MARGIN = 0.03
 # Tail pieces must beat one piece by this much, over final's chunk count and the counts beside it. Their gain is
-# smaller than a taper's: on sp19 (H200) 2-4% at 4 parts in five measurements, none at 5-8 parts; on the networks
-# that compute slower than they copy they cost 1-4% (fa19, sp18:
-# results/bench-e2e-nvidia-h200-2026-11-25-sp19-pieces.json, -fa19-sp18-high-course-pieces.json).
+# small: on sp19 (H200) 2-5% at 3-6 parts, the sweep timed in rounds (its rows then within 1% of final's own
+# measurement of the same shape: results/bench-e2e-nvidia-h200-2026-11-25-sp19-rounds.json); on the networks that
+# compute slower than they copy they cost 1-4% (fa19, sp18: -fa19-sp18-high-course-pieces.json).
 PIECES_MARGIN = 0.01
 
 
