@@ -220,15 +220,15 @@ void GpuNetwork::release_activations() noexcept {
 
 const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing,
                                   std::vector<double>& op_seconds, std::vector<Event>* events, const float* host_x,
-                                  const uint8_t* x_u8, int32_t* labels, StepSpan span) {
-  const cudaStream_t st = L.stream.get();
+                                  const uint8_t* x_u8, int32_t* labels, StepSpan span, cudaStream_t stream) {
+  const cudaStream_t st = stream ? stream : L.stream.get();
   if (!labels) labels = L.labels.get();
   float* cur = L.a.get();
   float* other = L.b.get();
   bool cur_half = false;  // cur holds half values (a conv's launch_f16_out)
   const size_t nsteps = plan.steps.size();
   const size_t end = std::min(span.end, nsteps);
-  if ((span.row0 != 0 && end > plan.image_steps) || span.begin > plan.image_steps)
+  if (((span.row0 != 0 || stream) && end > plan.image_steps) || span.begin > plan.image_steps)
     throw std::logic_error("run_lane: only the image steps run on part of a part's rows");
   // Row r0 of a buffer holding `per_row` values per image (of type T).
   const auto at = [&](auto* p, int64_t per_row) { return p + span.row0 * per_row; };
@@ -441,6 +441,9 @@ GpuNetwork::Chunking GpuNetwork::prepare_chunks(int64_t rows, int chunks, int st
   for (auto& ev : chunk_events_)
     while (ev.size() < 2 * conv_count_) ev.emplace_back();
   while (copied_.size() < npieces) copied_.emplace_back(cudaEventDisableTiming);
+  while (forked_.size() < npieces) forked_.emplace_back(cudaEventDisableTiming);
+  while (pieced_.size() < npieces) pieced_.emplace_back(cudaEventDisableTiming);
+  while (piece_streams_.size() < npieces - size_t(ck.nchunks) + 1) piece_streams_.emplace_back();
   while (joined_.size() < ck.nlanes) joined_.emplace_back(cudaEventDisableTiming);
   return ck;
 }
@@ -486,14 +489,21 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
     while (p < npieces && ck.piece_at[p] < r0 + rc) ++p;
     if (p - first > 1) {
       // A part in pieces (prepare_chunks only splits where the first conv reads the uint8 images on the device):
-      // the image steps on each piece once its copy has landed, the FC steps on the whole part after the last.
+      // the image steps of each piece on a stream of its own, from when its copy has landed (not after the piece
+      // before: in one stream the last piece's first conv waited for the conv before it); the FC steps on the
+      // whole part, in the lane, after every piece. The pieces write disjoint rows of the lane's buffers, after
+      // the lane's earlier work (its part before, in a pass of more parts than lanes).
       for (size_t q = first; q < p; ++q) {
+        const cudaStream_t ps = piece_streams_[q - first].get();
         if (pageable) copy(q);
-        CUDA_CHECK(cudaStreamWaitEvent(st, copied_[q].get(), 0));
+        forked_[q].order(st, ps);
+        CUDA_CHECK(cudaStreamWaitEvent(ps, copied_[q].get(), 0));
         const int64_t q0 = ck.piece_at[q], qc = ck.piece_at[q + 1] - q0;
         run_lane(L, qc, plan, ck.timing, unused, &chunk_events_[q], nullptr,
-                 pass_in_.get() + size_t(q0) * ck.in_bytes, nullptr, {0, plan.image_steps, q0 - r0});
+                 pass_in_.get() + size_t(q0) * ck.in_bytes, nullptr, {0, plan.image_steps, q0 - r0}, ps);
       }
+      // joined after every fork: a fork recorded on the lane after a join would wait for that piece
+      for (size_t q = first; q < p; ++q) pieced_[q].order(piece_streams_[q - first].get(), st);
       run_lane(L, rc, plan, ck.timing, unused, nullptr, nullptr, part, labels, {plan.image_steps, SIZE_MAX, 0});
     } else {
       if (!on_device && pageable) copy(first);
@@ -630,6 +640,7 @@ ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n,
       if (e.code != cudaErrorMemoryAllocation) throw;
       // Let queued work finish before its buffers go, then retry this part of the batch in halves.
       for (auto& L : lanes_) cudaStreamSynchronize(L->stream.get());
+      for (auto& ps : piece_streams_) cudaStreamSynchronize(ps.get());
       if (copy_stream_) cudaStreamSynchronize(copy_stream_->get());
       release_activations();
       if (rows == 1) throw;

@@ -193,10 +193,11 @@ class GpuNetwork {
   // x_u8 -- raw uint8 images on the device -- when plan.u8_first and the caller skipped the widening); the labels
   // end in `labels` (device-addressable; null: L.labels) and the returned pointer holds the last activations.
   // events: 2 per conv (start, stop) when timing == Events. span: only those steps, on `rows` images from
-  // span.row0 of the lane's buffers (x_u8 then points at those images already).
+  // span.row0 of the lane's buffers (x_u8 then points at those images already). stream: where they are queued
+  // (null: the lane's; another only for image steps, which use no cuBLAS handle).
   const float* run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing, std::vector<double>& op_seconds,
                         std::vector<Event>* events, const float* host_x, const uint8_t* x_u8,
-                        int32_t* labels = nullptr, StepSpan span = {});
+                        int32_t* labels = nullptr, StepSpan span = {}, cudaStream_t stream = nullptr);
   // Returns true when the pass ran as a replayed graph.
   bool run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks, int streams,
                 double taper, int tail_pieces, bool op_times, int32_t* labels_out, std::vector<double>& op_seconds);
@@ -261,6 +262,10 @@ class GpuNetwork {
   DeviceBuffer<uint8_t> pass_in_;                 // a chunked pass's images on the device
   std::vector<Event> copied_;                     // [chunk]: its images have landed in pass_in_
   std::vector<Event> joined_;                     // [lane]: its last part is done (copy_stream_ waits on it)
+  // A part in pieces: each piece's image steps on a stream of its own (piece_streams_[i] for its i-th piece),
+  // forked from the part's lane (forked_[piece]) and joined back before its FC steps (pieced_[piece]).
+  std::vector<Stream> piece_streams_;
+  std::vector<Event> forked_, pieced_;
   GraphExec graph_;                               // the captured chunked pass ...
   GraphKey graph_key_;                            // ... and what it was captured for
   GraphKey seen_key_;                             // the last chunked pass that ran without a graph
