@@ -17,9 +17,10 @@
 //     each part's compute still fits under the next part's copy when the network computes faster than it copies;
 //     a taper above 1 makes the first part, the copy nothing computes beside, the smallest. With tail_pieces > 1
 //     the last part's copy is split further: its conv layers (the plan's image steps) run on each piece as it
-//     lands, its FC layers once on the whole part, so only the last piece's conv layers and the FC layers remain
-//     after the last copy. On sp19 (H200) each copy-to-kernel hand-off cost ~9 us and every piece one copy gap, and
-//     from 3 pieces on the pieces' conv layers fell behind their copies (plan.py's FINAL_TAIL_PIECES).
+//     lands, each piece on a stream of its own, its FC layers once on the whole part in the lane after every
+//     piece, so only the last piece's conv layers and the FC layers remain after the last copy. On sp19 (H200)
+//     every piece costs a copy gap (~2 us) and a copy-to-kernel hand-off (3-6 us), and from 3 pieces on the
+//     pieces' conv layers fall behind their copies (plan.py's FINAL_TAIL_PIECES).
 //     No device-wide synchronisation (it would serialise the streams): each conv's op time is the sum over parts
 //     of CUDA-event time around that part's conv launch, which may include time shared with the other streams'
 //     work.
