@@ -59,24 +59,30 @@ TAPER_MARGIN = 0.03
 PIECES_MARGIN = 0.01
 
 
+def _fastest(rows: list, value, baseline, margin: float):
+    """Of the values of `value(row)` among the pipeline rows, the one whose median pinned time over the chunk counts
+    swept at every value is the lowest, where it beats `baseline`'s by `margin`; else `baseline`."""
+    values = {value(r) for r in rows}
+    if baseline not in values or len(values) < 2:
+        return baseline
+    chunks = set.intersection(*({r.chunks for r in rows if value(r) == v} for v in values))
+    if not chunks:
+        return baseline
+
+    def median(v) -> float:
+        return statistics.median(r.pinned_ms.median for r in rows if value(r) == v and r.chunks in chunks)
+
+    best = min(sorted(values), key=median)
+    return best if median(best) < (1 - margin) * median(baseline) else baseline
+
+
 def pipeline_taper(e: schema.EndToEnd) -> float:
-    """The taper final runs these weights with: of the tapers the end-to-end bench swept on final's streams, the one
-    whose median pinned time over the chunk counts swept at every taper is the lowest, where it beats equal parts
-    (taper 1) by TAPER_MARGIN; else 1."""
+    """The taper final runs these weights with: of the tapers the end-to-end bench swept on final's streams (in one
+    piece), the one whose median pinned time over the chunk counts swept at every taper is the lowest, where it beats
+    equal parts (taper 1) by TAPER_MARGIN; else 1."""
     rows = [r for r in e.pyconv.pipeline
             if r.streams == e.streams and r.tail_pieces == 1 and r.pinned_ms and r.pinned_ms.median]
-    tapers = {r.taper for r in rows}
-    if 1.0 not in tapers or len(tapers) < 2:
-        return 1.0
-    chunks = set.intersection(*({r.chunks for r in rows if r.taper == t} for t in tapers))
-    if not chunks:
-        return 1.0
-
-    def median(t: float) -> float:
-        return statistics.median(r.pinned_ms.median for r in rows if r.taper == t and r.chunks in chunks)
-
-    best = min(sorted(tapers), key=median)
-    return best if median(best) < (1 - TAPER_MARGIN) * median(1.0) else 1.0
+    return _fastest(rows, lambda r: r.taper, 1.0, TAPER_MARGIN)
 
 
 def pipeline_tail_pieces(e: schema.EndToEnd) -> int:
@@ -86,18 +92,7 @@ def pipeline_tail_pieces(e: schema.EndToEnd) -> int:
     near = {e.chunks - 1, e.chunks, e.chunks + 1} if e.chunks else set()
     rows = [r for r in e.pyconv.pipeline if r.streams == e.streams and r.taper == 1 and r.chunks in near
             and r.pinned_ms and r.pinned_ms.median]
-    counts = {r.tail_pieces for r in rows}
-    if 1 not in counts or len(counts) < 2:
-        return 1
-    chunks = set.intersection(*({r.chunks for r in rows if r.tail_pieces == q} for q in counts))
-    if not chunks:
-        return 1
-
-    def median(q: int) -> float:
-        return statistics.median(r.pinned_ms.median for r in rows if r.tail_pieces == q and r.chunks in chunks)
-
-    best = min(sorted(counts), key=median)
-    return best if median(best) < (1 - PIECES_MARGIN) * median(1) else 1
+    return _fastest(rows, lambda r: r.tail_pieces, 1, PIECES_MARGIN)
 
 
 def merge(ev: Evidence | None, result: BenchResult, source: str) -> Evidence | None:
