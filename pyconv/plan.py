@@ -75,8 +75,9 @@ FINAL_TAPER = 1.0
 # layers. sp19 pinned on an H200, 4 parts on 4 streams, the sweep's shapes timed in rounds: 0.537 ms in 1 piece,
 # 0.519 in 2, 0.537 in 3, 0.545 in 4 (at 3-6 parts 2 pieces gained 2-5%, at 8 nothing; final's own measurement
 # 0.515; results/bench-e2e-nvidia-h200-2026-11-25-sp19-rounds.json). From 3 pieces on, the pieces' conv layers and
-# the part before them fall behind the copies they overlap, and each piece costs a copy's gap. A network that computes slower than it copies gains nothing after its last copy and pays for the pieces
-# (fa19 at 4 parts: 2.74 ms in 1 piece, 2.84 in 2; -fa19-sp18-high-course-pieces.json).
+# the part before them fall behind the copies they overlap, and each piece costs a copy's gap. A network that
+# computes slower than it copies gains nothing after its last copy and pays for the pieces (fa19 at 4 parts:
+# 2.74 ms in 1 piece, 2.84 in 2; -fa19-sp18-high-course-pieces.json).
 FINAL_TAIL_PIECES = 1
 
 

@@ -457,8 +457,8 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
   const auto copy = [&](size_t c) {
     const int64_t r0 = ck.piece_at[c], rc = ck.piece_at[c + 1] - r0;
     const size_t off = size_t(r0) * ck.in_bytes, bytes = size_t(rc) * ck.in_bytes;
-    // Pageable images: this part is copied into pinned staging just before its upload is queued, so the host
-    // copy of part i+1 overlaps the GPU's work on part i (measured on an H200: a whole-batch host copy first
+    // Pageable images: this piece is copied into pinned staging just before its upload is queued, so the host
+    // copy of piece i+1 overlaps the GPU's work on piece i (measured on an H200: a whole-batch host copy first
     // cost ~3 ms of the sp19 model's ~5 ms).
     if (pageable) std::memcpy(staging_.get() + off, pageable + off, bytes);
     CUDA_CHECK(cudaMemcpyAsync(pass_in_.get() + off, src + off, bytes, cudaMemcpyHostToDevice, cs));
@@ -506,7 +506,7 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
       for (size_t q = first; q < p; ++q) pieced_[q].order(piece_streams_[q - first].get(), st);
       run_lane(L, rc, plan, ck.timing, unused, nullptr, nullptr, part, labels, {plan.image_steps, SIZE_MAX, 0});
     } else {
-      if (!on_device && pageable) copy(first);
+      if (pageable) copy(first);
       if (!on_device) CUDA_CHECK(cudaStreamWaitEvent(st, copied_[first].get(), 0));
       const StagedInput in = stage_input(L, plan, part, type, rc, true, nullptr);
       run_lane(L, rc, plan, ck.timing, unused, &chunk_events_[first], in.host_x, in.x_u8, labels);

@@ -257,11 +257,11 @@ class GpuNetwork {
   PinnedBuffer<uint8_t> staging_;    // the pass's images, for chunked copies
   PinnedBuffer<float> staging_f32_;  // the pass's images as float, for a host-input variant
   PinnedBuffer<int32_t> labels_host_;
-  std::vector<std::vector<Event>> chunk_events_;  // [chunk][2 per conv]: run_pass's op-time events, reused
+  std::vector<std::vector<Event>> chunk_events_;  // [piece][2 per conv]: run_pass's op-time events, reused
   std::optional<Stream> copy_stream_;             // a chunked pass's host-to-device copies, in order (made at the
                                                   // first chunked pass: the constructor touches no GPU)
   DeviceBuffer<uint8_t> pass_in_;                 // a chunked pass's images on the device
-  std::vector<Event> copied_;                     // [chunk]: its images have landed in pass_in_
+  std::vector<Event> copied_;                     // [piece]: its images have landed in pass_in_
   std::vector<Event> joined_;                     // [lane]: its last part is done (copy_stream_ waits on it)
   // A part in pieces: each piece's image steps on a stream of its own (piece_streams_[i] for its i-th piece),
   // forked from the part's lane (forked_[piece]) and joined back before its FC steps (pieced_[piece]).
