@@ -428,6 +428,65 @@ def test_fc_layers_in_fp16_stay_within_fp16_rounding(conv):
 
 @requires_gpu
 @pytest.mark.gpu
+@pytest.mark.torch
+@needs_m3_pick
+@pytest.mark.parametrize("conv_out, hidden, classes, rows", [
+    ((8, 10), 140, 10, 257),  # sp19's widths; 5 row tiles, K in several slices, the last tile part-empty
+    ((8, 10), 10, 3, 64),     # one full tile
+    ((8, 10), 64, 32, 77),    # the most classes, 4 n8 tiles per warp
+    ((8, 10), 100, 10, 130),  # 8 tiles per warp, 28 columns of zero padding
+    ((8, 10), 160, 10, 300),  # fa18 / fa19's width
+    ((8, 10), 256, 16, 65),   # the widest it takes, one row in the last tile
+    ((3, 4), 140, 10, 200),   # K = 48: one slice, the sums straight from the registers
+    ((8, 7), 90, 12, 1000),   # K = 392, not a multiple of the 32-wide K step: the last slice ends mid-step
+])
+def test_the_fp16_head_kernel_matches_the_reference_every_run(conv_out, hidden, classes, rows):
+    """FcMath FP16 with FC -> tanh -> FC at the end: the GEMM before the head and the head run as one kernel
+    (fc16_head), K split in slices whose partials the tile's last block adds in slice order. Against the CPU
+    engine's logits at half's rounding, the labels the argmax of the logits, and the same bits on every call (the
+    tile counters set back to zero by the kernel; the sum in a fixed order), whole and in parts, plain and
+    replayed from pinned memory."""
+    rng = np.random.default_rng(SEED + 12)
+    M, side = conv_out
+    C, K = 2, 3
+    H = side + K - 1
+    flat = M * side * side
+    assert flat % 8 == 0  # what the kernel takes
+    layers = [Layer("conv", name="c", out_channels=M, kernel=K,
+                    weight=rng.uniform(-0.05, 0.05, (M, C, K, K)).astype(np.float32)), Layer("flatten"),
+              Layer("fc", name="f1", out_features=hidden,
+                    weight=(rng.uniform(-1, 1, (hidden, flat)) / np.sqrt(flat / 3)).astype(np.float32),
+                    bias=rng.uniform(-0.5, 0.5, hidden).astype(np.float32)), Layer("tanh"),
+              Layer("fc", name="f2", out_features=classes,
+                    weight=(rng.uniform(-1, 1, (classes, hidden)) / np.sqrt(hidden / 3)).astype(np.float32),
+                    bias=rng.uniform(-0.5, 0.5, classes).astype(np.float32)), Layer("softmax")]
+    model = tiny_net(layers, (C, H, H))
+    x = rng.integers(1, 256, (rows, C, H, H)).astype(np.uint8)
+    net = network_of(model)
+    net.fc_math = "fp16"
+    got = net.logits(x, [M3_PICK])
+    ref = cpu_logits(model, x)
+    assert np.abs(ref).max() > 0.5 and np.isfinite(got).all()
+    ok, msg = close(got, ref, 1e-2, 1e-2)  # half's 10 mantissa bits on each operand, as in the test above
+    assert ok, msg
+    np.testing.assert_array_equal(net.logits(x, [M3_PICK]), got)
+    labels = net.forward(x, [M3_PICK])["labels"]
+    np.testing.assert_array_equal(labels, got.argmax(axis=1))
+    np.testing.assert_array_equal(net.forward(x, [M3_PICK])["labels"], labels)
+    # In 3 parts on 2 streams from pinned memory (plain, then replayed): other row counts, other slices, so only
+    # the rows whose top logit leads clearly must agree with the whole batch; every call gives the same bits.
+    xp = pinned_copy(x)
+    runs = [net.forward(xp, [M3_PICK], chunks=3, streams=2, op_times=False) for _ in range(3)]
+    assert [r["replayed"] for r in runs] == [False, True, True]
+    for r in runs[1:]:
+        np.testing.assert_array_equal(r["labels"], runs[0]["labels"])
+    sure = clear_margin(ref, 0.05)
+    assert sure.mean() > 0.5
+    np.testing.assert_array_equal(runs[0]["labels"][sure], ref.argmax(axis=1)[sure])
+
+
+@requires_gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", variant_ids())
 @needs_m3_pick
 def test_network_predictions_equal_cpu_engine(name):

@@ -167,6 +167,9 @@ class GpuNetwork {
     // The last two steps are FC (+ activation) -> FC: the first runs as a bare GEMM and the second, with the
     // first's bias and activation and the argmax, as one fc_head kernel (layers.cuh), when the sizes fit it.
     bool head = false;
+    // Under FcMath::FP16, the GEMM before the head and the head run as one fc16_head kernel (layers.cuh) where it
+    // takes the sizes.
+    bool fused_head = false;
     // steps[0, image_steps) work on each image alone (conv, activation, pooling): they can run on any range of
     // rows; the fully connected steps after them run on a whole part.
     size_t image_steps = 0;
@@ -179,8 +182,9 @@ class GpuNetwork {
     DeviceBuffer<uint8_t> in_u8;
     DeviceBuffer<float> a, b;
     DeviceBuffer<int32_t> labels;
+    DeviceBuffer<unsigned> fc_counts;  // fc16_head's tile counters, zero between launches
     Lane();
-    size_t bytes() const { return in_u8.bytes() + a.bytes() + b.bytes() + labels.bytes(); }
+    size_t bytes() const { return in_u8.bytes() + a.bytes() + b.bytes() + labels.bytes() + fc_counts.bytes(); }
   };
   enum class Timing { None, HostSync, Events };
 
