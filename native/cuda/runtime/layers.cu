@@ -253,8 +253,8 @@ __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const fl
 // The FP16 head (fc16_head in layers.cuh): h = x W1^T on the tensor cores, split along K, then the head of fc_head
 // in the block that finishes each row tile. Block: 8 warps on a 64-row tile, warp (wm, wn) = (warp % 4, warp / 4)
 // computes rows 16 wm.. by the n8 tiles wn NT.. (BN = 16 NT columns). kFhStages-deep cp.async pipeline of
-// kFhBK-wide K steps; shared rows of kFhLd halves (80 bytes: the 8 rows one ldmatrix reads land on distinct banks).
-constexpr int kFhThreads = 256, kFhBK = 32, kFhStages = 4, kFhLd = kFhBK + 8;
+// kFhBK-wide K steps; shared rows of kFhLd halves (144 bytes: the 8 rows one ldmatrix reads land on distinct banks).
+constexpr int kFhThreads = 256, kFhBK = 64, kFhStages = 3, kFhLd = kFhBK + 8;
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {  // bytes < 16: zero-filled
   const unsigned s = unsigned(__cvta_generic_to_shared(dst));
@@ -280,7 +280,7 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[
 }
 
 template <int NT>
-__global__ void __launch_bounds__(kFhThreads) fc16_head_kernel(
+__global__ void __launch_bounds__(kFhThreads, 2) fc16_head_kernel(
     const __half* __restrict__ x, const __half* __restrict__ w1, const float* __restrict__ b1, Activation act,
     const float* __restrict__ w2, const float* __restrict__ b2, float* __restrict__ ws, unsigned* __restrict__ counts,
     float* __restrict__ logits, int32_t* __restrict__ labels, int64_t rows, int in, int hidden, int classes,
@@ -371,23 +371,39 @@ __global__ void __launch_bounds__(kFhThreads) fc16_head_kernel(
     __syncthreads();
     if (!s_last) return;
     __threadfence();
+    // slice by slice, each slice's loads all issued before its adds (one round trip to L2 per slice)
+    float sum[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) sum[j][0] = sum[j][1] = sum[j][2] = sum[j][3] = 0.0f;
+    for (int s = 0; s < slices; ++s) {
+      float v[NT][4];
+      if (s == slice) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) v[j][e] = acc[j][e];
+      } else {
+        const float* part = ws + int64_t(s) * rows * BN;
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int64_t r = row0 + wm * 16 + g + 8 * hh;
+            const float2 p = r < rows ? __ldcg(reinterpret_cast<const float2*>(part + r * BN + (wn * NT + j) * 8 + 2 * t))
+                                      : make_float2(0.0f, 0.0f);
+            v[j][2 * hh] = p.x;
+            v[j][2 * hh + 1] = p.y;
+          }
+      }
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sum[j][e] += v[j][e];
+    }
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int64_t r = row0 + wm * 16 + g + 8 * hh;
-        if (r >= rows) continue;
-        const int col = (wn * NT + j) * 8 + 2 * t;
-        float2 sum = make_float2(0.0f, 0.0f);
-        for (int s = 0; s < slices; ++s) {
-          const float2 v = s == slice ? make_float2(acc[j][2 * hh], acc[j][2 * hh + 1])
-                                      : __ldcg(reinterpret_cast<const float2*>(ws + (int64_t(s) * rows + r) * BN + col));
-          sum.x += v.x;
-          sum.y += v.y;
-        }
-        acc[j][2 * hh] = sum.x;
-        acc[j][2 * hh + 1] = sum.y;
-      }
+      for (int e = 0; e < 4; ++e) acc[j][e] = sum[j][e];
   }
   // h into shared memory (over the pipeline's stages: every thread is past its last ldmatrix)
   __syncthreads();
@@ -625,9 +641,10 @@ float* fc16_head(const __half* x, const __half* w1, const float* b1, Activation 
   int dev = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  // Slices: one wave of blocks, each slice at least kFc16HeadMinSteps K steps, the partials within the scratch.
+  // Slices: one wave of blocks at two per SM, each slice at least kFc16HeadMinSteps K steps, the partials within
+  // the scratch.
   const int64_t ksteps = (in + kFhBK - 1) / kFhBK;
-  int64_t slices = std::max<int64_t>(1, sms / tiles);
+  int64_t slices = std::max<int64_t>(1, 2 * sms / tiles);
   slices = std::min(slices, std::max<int64_t>(1, ksteps / kFc16HeadMinSteps));
   while (slices > 1 && fc16_head_scratch(rows, hidden, classes, int(slices)) > scratch_floats) --slices;
   const int64_t kslice = (ksteps + slices - 1) / slices * kFhBK;

@@ -223,6 +223,7 @@ void GpuNetwork::release_activations() noexcept {
     L->labels = DeviceBuffer<int32_t>();
     L->fc_counts = DeviceBuffer<unsigned>();
   }
+  for (auto& b : piece_scratch_) b = DeviceBuffer<float>();
 }
 
 const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timing timing,
@@ -239,6 +240,17 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
     throw std::logic_error("run_lane: only the image steps run on part of a part's rows");
   // Row r0 of a buffer holding `per_row` values per image (of type T).
   const auto at = [&](auto* p, int64_t per_row) { return p + span.row0 * per_row; };
+  // Where step si's output goes in `buf` (L.a or L.b): its rows there, or -- a piece's image steps before the
+  // last (span.scratch) -- the piece's own scratch in their place. Pieces run side by side on their streams and
+  // each layer stores another number of values per image, so piece q's rows of one layer overlap piece p's rows
+  // of another in the lane's buffers; only the last image step's output, what the FC steps read, goes there.
+  const bool scratched = span.scratch[0] != nullptr;
+  const auto out_at = [&](float* buf, int64_t per_row, size_t si) -> float* {
+    if (!scratched || si + 1 >= plan.image_steps) return at(buf, per_row);
+    return buf == L.a.get() ? span.scratch[0] : span.scratch[1];
+  };
+  // Where step si's input lies: step si - 1's output.
+  const auto in_at = [&](float* buf, int64_t per_row, size_t si) { return out_at(buf, per_row, si - 1); };
   for (size_t si = 0; si < end; ++si) {
     const Step& step = plan.steps[si];
     const Layer& ly = *step.layer;
@@ -258,9 +270,10 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
         const ConvShape s = make_conv_shape(rows, ly.in_c, ly.in_h, ly.in_w, ly.out_c, ly.in_c, ly.kernel, ly.kernel);
         const std::string why = why_unsupported(*step.variant, s);
         if (!why.empty()) throw std::invalid_argument(why);
-        const float* x = step.variant->x_on_host ? host_x : at(cur, ly.in_elems());
+        const float* x = step.variant->x_on_host ? host_x : (si ? in_at(cur, ly.in_elems(), si) : at(cur, ly.in_elems()));
         const int ci = ly.conv_index;
-        float* y = at(other, step.out_elems);
+        float* y = out_at(other, step.out_elems, si);
+        // half output only into an FC layer: the last image step, never in a scratch
         __half* y16 = at(reinterpret_cast<__half*>(other), step.out_elems);
         const auto launch = [&] {
           if (u8 && half_out)
@@ -292,12 +305,19 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
         break;
       }
       case Kind::Act:
-        if (run) activation_inplace(at(cur, ly.in_elems()), size_t(rows * ly.in_elems()), ly.act, st);
+        if (run) {
+          float* x = in_at(cur, ly.in_elems(), si);
+          const size_t n = size_t(rows * ly.in_elems());
+          activation_inplace(x, n, ly.act, st);
+          // the last image step of a piece: from its scratch into the lane's rows the FC steps read
+          float* fin = out_at(cur, ly.in_elems(), si);
+          if (fin != x) CUDA_CHECK(cudaMemcpyAsync(fin, x, n * sizeof(float), cudaMemcpyDeviceToDevice, st));
+        }
         break;
       case Kind::Pool:
         if (run)
-          pool2d(at(cur, ly.in_elems()), at(other, ly.out_elems()), rows * ly.in_c, int(ly.in_h), int(ly.in_w),
-                 int(ly.kernel), int(ly.stride), ly.max_mode, st);
+          pool2d(in_at(cur, ly.in_elems(), si), out_at(other, ly.out_elems(), si), rows * ly.in_c, int(ly.in_h),
+                 int(ly.in_w), int(ly.kernel), int(ly.stride), ly.max_mode, st);
         std::swap(cur, other);
         break;
       case Kind::FC:
@@ -420,7 +440,7 @@ GpuNetwork::GraphKey GpuNetwork::graph_key(const Chunking& ck, const uint8_t* sr
   k.sizes.insert(k.sizes.end(), ck.at.begin(), ck.at.end());
   k.sizes.push_back(-1);
   k.sizes.insert(k.sizes.end(), ck.piece_at.begin(), ck.piece_at.end());
-  k.ptrs = {src, labels_dst, pass_in_.get()};
+  k.ptrs = {src, labels_dst, pass_in_.get(), piece_scratch_[0].get(), piece_scratch_[1].get()};
   for (const Step& st : plan.steps) k.ptrs.push_back(st.variant);
   for (size_t l = 0; l < ck.nlanes; ++l) {
     const Lane& L = *lanes_[l];
@@ -448,6 +468,10 @@ GpuNetwork::Chunking GpuNetwork::prepare_chunks(int64_t rows, int chunks, int st
   ensure_lanes(ck.nlanes);
   if (!copy_stream_) copy_stream_.emplace();
   for (size_t l = 0; l < ck.nlanes; ++l) size_lane(*lanes_[l], chunk_rows, false, plan.max_elems);
+  if (ck.piece_at.size() > size_t(ck.nchunks) + 1) {  // the last part in pieces
+    const int64_t rc = rows - ck.at[size_t(ck.nchunks) - 1];
+    for (auto& b : piece_scratch_) b.resize(size_t(rc * plan.max_elems));
+  }
   // Events are kept between calls: creating them here would put host calls before the first copy is queued.
   const size_t npieces = ck.piece_at.size() - 1;
   if (chunk_events_.size() < npieces) chunk_events_.resize(npieces);
@@ -512,8 +536,10 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
         forked_[q].order(st, ps);
         CUDA_CHECK(cudaStreamWaitEvent(ps, copied_[q].get(), 0));
         const int64_t q0 = ck.piece_at[q], qc = ck.piece_at[q + 1] - q0;
+        StepSpan span{0, plan.image_steps, q0 - r0};
+        for (int i = 0; i < 2; ++i) span.scratch[i] = piece_scratch_[i].get() + (q0 - r0) * plan.max_elems;
         run_lane(L, qc, plan, ck.timing, unused, &chunk_events_[q], nullptr,
-                 pass_in_.get() + size_t(q0) * ck.in_bytes, nullptr, {0, plan.image_steps, q0 - r0}, ps);
+                 pass_in_.get() + size_t(q0) * ck.in_bytes, nullptr, span, ps);
       }
       // joined after every fork: a fork recorded on the lane after a join would wait for that piece
       for (size_t q = first; q < p; ++q) pieced_[q].order(piece_streams_[q - first].get(), st);

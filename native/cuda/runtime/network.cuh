@@ -85,6 +85,9 @@ struct ForwardResult {
 struct StepSpan {
   size_t begin = 0, end = SIZE_MAX;
   int64_t row0 = 0;
+  // A piece of a part (queue_chunks): where its image steps before the last keep their outputs instead of the
+  // lane's a and b (each room for the piece's rows at the plan's max_elems); null: in the lane's buffers.
+  float* scratch[2] = {nullptr, nullptr};
 };
 
 class GpuNetwork {
@@ -271,6 +274,8 @@ class GpuNetwork {
   // forked from the part's lane (forked_[piece]) and joined back before its FC steps (pieced_[piece]).
   std::vector<Stream> piece_streams_;
   std::vector<Event> forked_, pieced_;
+  // The pieces' scratch (StepSpan::scratch): each piece's rows of the part at max_elems values per image.
+  DeviceBuffer<float> piece_scratch_[2];
   GraphExec graph_;                               // the captured chunked pass ...
   GraphKey graph_key_;                            // ... and what it was captured for
   GraphKey seen_key_;                             // the last chunked pass that ran without a graph
