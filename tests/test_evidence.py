@@ -208,17 +208,24 @@ def test_a_verdict_records_the_tail_pieces_its_pipeline_sweep_found_fastest(tmp_
                      "a.json")
     assert {d: v.tail_pieces for d, v in ev.verdicts.items()} == {"sp19": 2, "high": 1, "fa19": 1, "eq": 1,
                                                                   "old": 1}
-    path = evidence.save(ev, tmp_path / "g.json")
-    assert evidence.load(path).verdict("sp19").tail_pieces == 2
+    check_saved_field(ev, tmp_path / "g.json", "tail_pieces", "sp19", 2, 1, (0, 65, 2.5, True),
+                      r"malformed.*tail_pieces' must be an integer in 1\.\.64")
+
+
+def check_saved_field(ev, path, field: str, digest: str, value, default, bad, match: str) -> None:
+    """A verdict field through the evidence file: saved and loaded back (digest's verdict holds value), a file
+    written before the field gives every verdict the default, and each of `bad` is refused with `match`."""
+    path = evidence.save(ev, path)
+    assert getattr(evidence.load(path).verdict(digest), field) == value
     doc = json.loads(path.read_text())
     for v in doc["precision"]:
-        del v["tail_pieces"]
+        del v[field]
     path.write_text(json.dumps(doc))
-    assert all(v.tail_pieces == 1 for v in evidence.load(path).verdicts.values())
-    for bad in (0, 65, 2.5, True):
-        doc["precision"][0]["tail_pieces"] = bad
+    assert all(getattr(v, field) == default for v in evidence.load(path).verdicts.values())
+    for b in bad:
+        doc["precision"][0][field] = b
         path.write_text(json.dumps(doc))
-        with pytest.raises(PyconvError, match=r"malformed.*tail_pieces' must be an integer in 1\.\.64"):
+        with pytest.raises(PyconvError, match=match):
             evidence.load(path)
 
 
@@ -246,14 +253,5 @@ def test_a_verdict_records_the_taper_its_pipeline_sweep_found_fastest(tmp_path):
                                      for r in sweep({1.0: [0, 0, 0]})]
     assert build.merge(None, run("2000-01-01", e2e=[pieced]), "a.json").verdict("sp19").taper == 0.7
     # the file keeps it; a file written before the field gives 1; a taper out of range is refused
-    path = evidence.save(ev, tmp_path / "g.json")
-    assert evidence.load(path).verdict("fa19").taper == 2.0
-    doc = json.loads(path.read_text())
-    for v in doc["precision"]:
-        del v["taper"]
-    path.write_text(json.dumps(doc))
-    assert all(v.taper == 1.0 for v in evidence.load(path).verdicts.values())
-    doc["precision"][0]["taper"] = 0
-    path.write_text(json.dumps(doc))
-    with pytest.raises(PyconvError, match=r"malformed.*taper' must be in \(0, 4\]"):
-        evidence.load(path)
+    check_saved_field(ev, tmp_path / "g.json", "taper", "fa19", 2.0, 1.0, (0,),
+                      r"malformed.*taper' must be in \(0, 4\]")

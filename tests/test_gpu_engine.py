@@ -527,6 +527,18 @@ def test_network_predictions_equal_cpu_engine(name):
         assert len(ms) == 3 and all(t > 0 for t in ms)
 
 
+def sp19_or_skip(impls: list[str]):
+    """The shipped sp19 model and final's reduced choice of variants on it (impls), or a skip where either is
+    missing."""
+    from pyconv.core.model import load_model, shipped_models
+
+    if "ece408" not in shipped_models():
+        pytest.skip("no shipped sp19 model")
+    if any(n not in GPU for n in impls):
+        pytest.skip("this build lacks final's sp19 variants")
+    return load_model("ece408"), impls
+
+
 def pinned_copy(x: np.ndarray) -> np.ndarray:
     """x in page-locked host memory (PyTorch allocates it; the project's engine only reads it)."""
     torch = pytest.importorskip("torch")
@@ -541,16 +553,9 @@ def pinned_copy(x: np.ndarray) -> np.ndarray:
 def test_chunked_pass_from_pinned_memory_replays_one_graph(sp19):
     """A chunked pass from pinned memory runs plain the first time, is captured the second time and replayed
     after, with the labels of the plain run; a replay reads the images in the buffer at that moment."""
-    from pyconv.core.model import load_model, shipped_models
-
     rng = np.random.default_rng(SEED + 8)
     if sp19:
-        if "ece408" not in shipped_models():
-            pytest.skip("no shipped sp19 model")
-        model = load_model("ece408")
-        impls = ["gpu-split-f16-fused", "gpu-tensor-core-f16"]  # final's reduced choice on sp19
-        if any(n not in GPU for n in impls):
-            pytest.skip("this build lacks final's sp19 variants")
+        model, impls = sp19_or_skip(["gpu-split-f16-fused", "gpu-tensor-core-f16"])
     else:
         model = random_model(rng, (1, 24, 24))
         impls = [M3_PICK] * 2
@@ -638,16 +643,9 @@ def test_the_last_part_in_pieces_gives_the_labels_of_the_whole_part(sp19):
     (the same kernels on the same images, the same GEMM), from pinned memory plain and replayed, with new images
     in the same buffer, from pageable memory, with op times; float32 images, or a first conv that cannot read
     uint8, run the part whole; tail_pieces outside 1..64 is refused."""
-    from pyconv.core.model import load_model, shipped_models
-
     rng = np.random.default_rng(SEED + 10)
     if sp19:
-        if "ece408" not in shipped_models():
-            pytest.skip("no shipped sp19 model")
-        model = load_model("ece408")
-        impls = ["gpu-split-f16-pool-window", "gpu-tensor-core-f16"]  # final's reduced choice on sp19
-        if any(n not in GPU for n in impls):
-            pytest.skip("this build lacks final's sp19 variants")
+        model, impls = sp19_or_skip(["gpu-split-f16-pool-window", "gpu-tensor-core-f16"])
     else:
         model = pieces_model(rng)
         impls = ["gpu-fused-tanh-pool", M3_PICK]
