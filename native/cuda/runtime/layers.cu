@@ -2,6 +2,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/layers.cuh"
 
 namespace pyconv {
@@ -249,6 +250,219 @@ __global__ void __launch_bounds__(kHeadQuadThreads) fc_head_quad_kernel(const fl
   }
 }
 
+// The FP16 head (fc16_head in layers.cuh): h = x W1^T on the tensor cores, split along K, then the head of fc_head
+// in the block that finishes each row tile. Block: 8 warps on a 64-row tile, warp (wm, wn) = (warp % 4, warp / 4)
+// computes rows 16 wm.. by the n8 tiles wn NT.. (BN = 16 NT columns). kFhStages-deep cp.async pipeline of
+// kFhBK-wide K steps; shared rows of kFhLd halves (144 bytes: the 8 rows one ldmatrix reads land on distinct banks).
+constexpr int kFhThreads = 256, kFhBK = 64, kFhStages = 3, kFhLd = kFhBK + 8;
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {  // bytes < 16: zero-filled
+  const unsigned s = unsigned(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src), "r"(bytes));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __half* p) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const __half* p) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(s));
+}
+
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int NT>
+__global__ void __launch_bounds__(kFhThreads, 2) fc16_head_kernel(
+    const __half* __restrict__ x, const __half* __restrict__ w1, const float* __restrict__ b1, Activation act,
+    const float* __restrict__ w2, const float* __restrict__ b2, float* __restrict__ ws, unsigned* __restrict__ counts,
+    float* __restrict__ logits, int32_t* __restrict__ labels, int64_t rows, int in, int hidden, int classes,
+    int slices, int kslice) {
+  constexpr int BN = 16 * NT;
+  extern __shared__ __align__(16) unsigned char fh_smem[];
+  __half* sA = reinterpret_cast<__half*>(fh_smem);  // [stage][64][kFhLd]
+  __half* sB = sA + kFhStages * 64 * kFhLd;           // [stage][BN][kFhLd]
+  const int slice = blockIdx.y;
+  const int64_t row0 = int64_t(blockIdx.x) * 64;
+  const int k0 = slice * kslice, k1 = min(in, k0 + kslice);
+  const int nk = (k1 - k0 + kFhBK - 1) / kFhBK;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp & 3, wn = warp >> 2;
+
+  // One K step into a stage: 16-byte pieces, rows past the batch and K past the slice zero-filled (in % 8 == 0:
+  // no piece straddles the end). W1's rows past `hidden` are the zero padding of fc16_rows. Each thread copies the
+  // same pieces at every step, so where they come from and go is worked out once, here: per step only the K offset
+  // moves (the address arithmetic per piece and step had made the loop issue-bound).
+  constexpr int kPieces = (64 + BN) * (kFhBK / 8), kMine = (kPieces + kFhThreads - 1) / kFhThreads;
+  const __half* src[kMine];
+  unsigned dst[kMine];  // shared address in stage 0
+  int col[kMine];       // K offset of the piece in the step; past kFhBK: no piece, or a row past the batch
+  static_assert(64 * (kFhBK / 8) == 2 * kFhThreads, "pieces 0 and 1 of a thread are A's, the others B's");
+  const unsigned s_base = unsigned(__cvta_generic_to_shared(fh_smem));
+#pragma unroll
+  for (int m = 0; m < kMine; ++m) {
+    const int i = threadIdx.x + m * kFhThreads;
+    const int r = i / (kFhBK / 8), c = (i % (kFhBK / 8)) * 8;
+    const bool live = i < kPieces && (m >= 2 || row0 + r < rows);
+    src[m] = m < 2 ? x + (live ? (row0 + r) * in : 0) + k0 + c : w1 + int64_t(r - 64) * in + k0 + c;
+    dst[m] = s_base + unsigned(((m < 2 ? r : kFhStages * 64 + (r - 64)) * kFhLd + c) * sizeof(__half));
+    col[m] = live ? c : 1 << 30;
+  }
+  const auto load = [&](int stage, int kt) {
+    const int left = k1 - k0 - kt * kFhBK;  // K still in the slice from this step on
+#pragma unroll
+    for (int m = 0; m < kMine; ++m) {
+      if (m == kMine - 1 && threadIdx.x + m * kFhThreads >= kPieces) break;
+      const bool ok = col[m] < left;
+      const unsigned d = dst[m] + unsigned(stage * (m < 2 ? 64 : BN) * kFhLd * sizeof(__half));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(ok ? src[m] + kt * kFhBK : x),
+                   "r"(ok ? 16 : 0));
+    }
+  };
+
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kFhStages - 1; ++s) {
+    if (s < nk) load(s, s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < nk; ++kt) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(kFhStages - 2) : "memory");
+    __syncthreads();  // step kt has landed for every thread, and step kt - 1's stage is free to refill
+    if (kt + kFhStages - 1 < nk) load((kt + kFhStages - 1) % kFhStages, kt + kFhStages - 1);
+    cp_async_commit();
+    const __half* a = sA + (kt % kFhStages) * 64 * kFhLd;
+    const __half* b = sB + (kt % kFhStages) * BN * kFhLd;
+#pragma unroll
+    for (int kk = 0; kk < kFhBK; kk += 16) {
+      uint32_t af[4];
+      ldmatrix_x4(af, a + (wm * 16 + (lane & 15)) * kFhLd + kk + (lane >> 4) * 8);
+#pragma unroll
+      for (int j = 0; j + 1 < NT; j += 2) {  // two n8 tiles per ldmatrix
+        uint32_t bf[4];
+        ldmatrix_x4(bf, b + ((wn * NT + j) * 8 + (lane & 7) + ((lane >> 4) << 3)) * kFhLd + kk + ((lane >> 3) & 1) * 8);
+        mma_m16n8k16(acc[j], af, bf[0], bf[1]);
+        mma_m16n8k16(acc[j + 1], af, bf[2], bf[3]);
+      }
+      if constexpr (NT % 2) {
+        uint32_t bf[2];
+        ldmatrix_x2(bf, b + ((wn * NT + NT - 1) * 8 + (lane & 7)) * kFhLd + kk + ((lane >> 3) & 1) * 8);
+        mma_m16n8k16(acc[NT - 1], af, bf[0], bf[1]);
+      }
+    }
+  }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+
+  // The sums: this slice's own, or (slices > 1) every slice's partial in slice order, added by the block that
+  // finishes the tile last: the same order whichever block that is, so the same bits every run.
+  const int g = lane >> 2, t = lane & 3;
+  if (slices > 1) {
+    float* mine = ws + int64_t(slice) * rows * BN;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int64_t r = row0 + wm * 16 + g + 8 * hh;
+        if (r < rows)
+          *reinterpret_cast<float2*>(mine + r * BN + (wn * NT + j) * 8 + 2 * t) =
+              make_float2(acc[j][2 * hh], acc[j][2 * hh + 1]);
+      }
+    __threadfence();
+    __syncthreads();
+    __shared__ bool s_last;
+    if (threadIdx.x == 0) {
+      s_last = atomicAdd(counts + blockIdx.x, 1u) == unsigned(slices - 1);
+      if (s_last) counts[blockIdx.x] = 0;  // ready for the next launch (graph replays included)
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    // slice by slice, each slice's loads all issued before its adds (one round trip to L2 per slice)
+    float sum[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) sum[j][0] = sum[j][1] = sum[j][2] = sum[j][3] = 0.0f;
+    for (int s = 0; s < slices; ++s) {
+      float v[NT][4];
+      if (s == slice) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) v[j][e] = acc[j][e];
+      } else {
+        const float* part = ws + int64_t(s) * rows * BN;
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int64_t r = row0 + wm * 16 + g + 8 * hh;
+            const float2 p = r < rows ? __ldcg(reinterpret_cast<const float2*>(part + r * BN + (wn * NT + j) * 8 + 2 * t))
+                                      : make_float2(0.0f, 0.0f);
+            v[j][2 * hh] = p.x;
+            v[j][2 * hh + 1] = p.y;
+          }
+      }
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sum[j][e] += v[j][e];
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] = sum[j][e];
+  }
+  // h into shared memory (over the pipeline's stages: every thread is past its last ldmatrix)
+  __syncthreads();
+  constexpr int kHLd = BN + 4;
+  float* sH = reinterpret_cast<float*>(fh_smem);  // [64][kHLd]
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+      *reinterpret_cast<float2*>(sH + (wm * 16 + g + 8 * hh) * kHLd + (wn * NT + j) * 8 + 2 * t) =
+          make_float2(acc[j][2 * hh], acc[j][2 * hh + 1]);
+  __syncthreads();
+  // The head. First a = act(h + b1) in place, a loop not unrolled: unrolled per register, the activation's code
+  // came 36 times over (43 KB of SASS run once per warp, waiting on instruction fetch). Then four lanes per row,
+  // lane q over j = q, q + 4, ...; each class a dot product over the four lanes (two shuffles). Rows past the
+  // batch compute on their (zero) sums and store nothing.
+#pragma unroll 1
+  for (int e = threadIdx.x; e < 64 * BN; e += kFhThreads) {
+    const int j = e % BN;
+    float* p = sH + (e / BN) * kHLd + j;
+    *p = j < hidden ? activate(*p + __ldg(b1 + j), act) : 0.0f;
+  }
+  __syncthreads();
+  const int rr = threadIdx.x >> 2, q = threadIdx.x & 3;
+  const int64_t r = row0 + rr;
+  const float* ar = sH + rr * kHLd;
+  int best = 0;
+  float bv = 0.0f;
+  for (int c = 0; c < classes; ++c) {
+    const float* wc = w2 + int64_t(c) * hidden;
+    float sum = 0.0f;
+#pragma unroll 4
+    for (int j = q; j < hidden; j += 4) sum = fmaf(__ldg(wc + j), ar[j], sum);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float v = sum + __ldg(b2 + c);
+    if (r < rows && q == c % 4) logits[r * classes + c] = v;
+    if (c == 0)
+      bv = v;
+    else
+      argmax_step(v, c, bv, best);
+  }
+  if (r < rows && q == 0) labels[r] = best;
+}
+
 }  // namespace
 
 Activation activation_from_name(const std::string& name) {
@@ -410,6 +624,65 @@ void fc_head(const float* h, int64_t ldh, const float* b1, Activation act, const
   else if (q <= 16) launch(fc_head_kernel<16>);
   else launch(fc_head_kernel<32>);
   CUDA_CHECK_LAUNCH();
+}
+
+
+namespace {
+// The kernel's n8 tiles per warp for `hidden` columns: the fewest of those built that cover them.
+constexpr int kFhTiles[] = {4, 8, 9, 10, 12, 16};
+int fc16_head_nt(int64_t hidden) {
+  for (int nt : kFhTiles)
+    if (16 * nt >= hidden) return nt;
+  throw std::invalid_argument("fc16_head: more than " + std::to_string(kFc16HeadMaxHidden) + " hidden features");
+}
+}  // namespace
+
+int64_t fc16_head_width(int64_t hidden) { return 16 * fc16_head_nt(hidden); }
+
+float* fc16_head(const __half* x, const __half* w1, const float* b1, Activation act, const float* w2, const float* b2,
+                 float* scratch, int64_t scratch_floats, unsigned* counts, int32_t* labels, int64_t rows, int64_t in,
+                 int64_t hidden, int64_t classes, cudaStream_t st) {
+  if (!fits_fc16_head(in, hidden, classes))
+    throw std::invalid_argument("fc16_head: takes in a multiple of 8, 1.." + std::to_string(kFc16HeadMaxHidden) +
+                                " hidden features and 1.." + std::to_string(kHeadMaxClasses) + " classes (got " +
+                                std::to_string(in) + " -> " + std::to_string(hidden) + " -> " +
+                                std::to_string(classes) + ")");
+  if (scratch_floats < fc16_head_scratch(rows, hidden, classes, 1))
+    throw std::invalid_argument("fc16_head: scratch too small for the logits");
+  if (rows <= 0) return scratch;
+  const int nt = fc16_head_nt(hidden);
+  const int64_t bn = 16 * nt, tiles = fc16_head_tiles(rows);
+  if (tiles > INT32_MAX) throw std::invalid_argument("fc16_head: too many rows");
+  int dev = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  // Slices: one wave of blocks at two per SM, each slice at least kFc16HeadMinSteps K steps, the partials within
+  // the scratch.
+  const int64_t ksteps = (in + kFhBK - 1) / kFhBK;
+  int64_t slices = std::max<int64_t>(1, 2 * sms / tiles);
+  slices = std::min(slices, std::max<int64_t>(1, ksteps / kFc16HeadMinSteps));
+  while (slices > 1 && fc16_head_scratch(rows, hidden, classes, int(slices)) > scratch_floats) --slices;
+  const int64_t kslice = (ksteps + slices - 1) / slices * kFhBK;
+  slices = (in + kslice - 1) / kslice;  // every slice non-empty
+  float* logits = scratch + (slices > 1 ? slices * rows * bn : 0);
+  const size_t smem = std::max<size_t>(size_t(kFhStages) * (64 + bn) * kFhLd * sizeof(__half),
+                                       size_t(64) * (bn + 4) * sizeof(float));
+  const dim3 grid{unsigned(tiles), unsigned(slices)};
+  auto launch = [&](auto kernel) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    kernel<<<grid, kFhThreads, smem, st>>>(x, w1, b1, act, w2, b2, scratch, counts, logits, labels, rows, int(in),
+                                           int(hidden), int(classes), int(slices), int(kslice));
+  };
+  switch (nt) {
+    case 4: launch(fc16_head_kernel<4>); break;
+    case 8: launch(fc16_head_kernel<8>); break;
+    case 9: launch(fc16_head_kernel<9>); break;
+    case 10: launch(fc16_head_kernel<10>); break;
+    case 12: launch(fc16_head_kernel<12>); break;
+    default: launch(fc16_head_kernel<16>); break;
+  }
+  CUDA_CHECK_LAUNCH();
+  return logits;
 }
 
 }  // namespace pyconv
