@@ -106,32 +106,4 @@ inline bool fits_head(int64_t hidden, int64_t classes) {
 void fc_head(const float* h, int64_t ldh, const float* b1, Activation act, const float* w2, const float* b2,
              float* logits, int32_t* labels, int64_t rows, int64_t hidden, int64_t classes, cudaStream_t st);
 
-
-// The head of an FP16 network in one kernel, the GEMM before it included: h = x[rows][in] W1^T (x and W1 in half,
-// W1 padded to fc16_rows(hidden) rows, products summed in float32 on the tensor cores, mma.sync), then fc_head's
-// bias, activation, W2, b2 and argmax on it. cuBLAS's GEMM for sp19's FC1 runs its K loop (5184) on under one wave
-// of tiles: it took the same time on 1250 rows as on 2500, and the head after it was a launch of its own. Here
-// the rows go in 64-row tiles and K in `slices` slices, one block each (as many slices as fill the GPU once, each
-// at least kFc16HeadMinSteps K steps, at most what the scratch holds); each block writes its partial sums to the
-// scratch, and the block that finishes a tile last adds the tile's partials in slice order (the same bits
-// whichever block that is) and runs the head on it. Takes in % 8 == 0, hidden <= kFc16HeadMaxHidden, classes <=
-// kHeadMaxClasses (fits_fc16_head). scratch: scratch_floats floats, at least fc16_head_scratch(rows, hidden, classes,
-// 1); counts: fc16_head_tiles(rows) counters, zero (each tile's last block sets its counter back to zero). The
-// logits go into the scratch: returns where ([rows][classes]).
-constexpr int64_t kFc16HeadMaxHidden = 256;
-constexpr int kFc16HeadMinSteps = 4;
-inline bool fits_fc16_head(int64_t in, int64_t hidden, int64_t classes) {
-  return in >= 8 && in % 8 == 0 && in <= INT32_MAX && hidden >= 1 && hidden <= kFc16HeadMaxHidden && classes >= 1 &&
-         classes <= kHeadMaxClasses;
-}
-inline int64_t fc16_head_tiles(int64_t rows) { return (rows + 63) / 64; }
-// The columns the kernel computes: hidden rounded up to the width of its tile (never past fc16_rows(hidden)).
-int64_t fc16_head_width(int64_t hidden);
-inline int64_t fc16_head_scratch(int64_t rows, int64_t hidden, int64_t classes, int slices) {
-  return (slices > 1 ? slices * rows * fc16_head_width(hidden) : 0) + rows * classes;
-}
-float* fc16_head(const __half* x, const __half* w1, const float* b1, Activation act, const float* w2, const float* b2,
-                 float* scratch, int64_t scratch_floats, unsigned* counts, int32_t* labels, int64_t rows, int64_t in,
-                 int64_t hidden, int64_t classes, cudaStream_t st);
-
 }  // namespace pyconv

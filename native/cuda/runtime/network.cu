@@ -185,7 +185,6 @@ GpuNetwork::Plan GpuNetwork::make_plan(const std::vector<std::string>& impls) co
                 fits_head(b.in_c, b.out_c);
     // an FP16 GEMM before the head writes its padded width (fc16_rows)
     if (plan.head && fc_math_ == FcMath::FP16) plan.max_elems = std::max(plan.max_elems, fc16_rows(a.out_c));
-    plan.fused_head = plan.head && fc_math_ == FcMath::FP16 && fits_fc16_head(a.in_c, a.out_c, b.out_c);
   }
   if (fc_math_ == FcMath::FP16)
     for (size_t i = 0; i + 1 < n; ++i) {
@@ -205,11 +204,6 @@ void GpuNetwork::size_lane(Lane& L, int64_t rows, bool u8_input, int64_t max_ele
   L.a.resize(size_t(rows * max_elems));
   L.b.resize(size_t(rows * max_elems));
   L.labels.resize(size_t(rows));
-  const size_t tiles = size_t(fc16_head_tiles(rows));
-  if (L.fc_counts.size() < tiles) {
-    L.fc_counts.resize(tiles);
-    CUDA_CHECK(cudaMemsetAsync(L.fc_counts.get(), 0, L.fc_counts.bytes(), L.stream.get()));
-  }
   if (u8_input) L.in_u8.resize(size_t(rows * C_ * H_ * W_));
 }
 
@@ -222,7 +216,6 @@ void GpuNetwork::release_activations() noexcept {
     L->b = DeviceBuffer<float>();
     L->in_u8 = DeviceBuffer<uint8_t>();
     L->labels = DeviceBuffer<int32_t>();
-    L->fc_counts = DeviceBuffer<unsigned>();
   }
   for (auto& b : piece_scratch_) b = DeviceBuffer<float>();
 }
@@ -271,7 +264,9 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
         const ConvShape s = make_conv_shape(rows, ly.in_c, ly.in_h, ly.in_w, ly.out_c, ly.in_c, ly.kernel, ly.kernel);
         const std::string why = why_unsupported(*step.variant, s);
         if (!why.empty()) throw std::invalid_argument(why);
-        const float* x = step.variant->x_on_host ? host_x : (si ? in_at(cur, ly.in_elems(), si) : at(cur, ly.in_elems()));
+        const float* x = step.variant->x_on_host ? host_x
+                         : si                    ? in_at(cur, ly.in_elems(), si)
+                                                 : at(cur, ly.in_elems());
         const int ci = ly.conv_index;
         float* y = out_at(other, step.out_elems, si);
         // half output only into an FC layer: the last image step, never in a scratch
@@ -336,12 +331,6 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
             f32_to_f16(cur, reinterpret_cast<__half*>(other), size_t(rows * ly.in_c), st);
             x16 = reinterpret_cast<const __half*>(other);
             y = cur;
-          }
-          if (plan.fused_head) {  // this GEMM and the head in one kernel; its scratch is the buffer x16 is not in
-            const Layer& ly2 = *plan.steps[si + 1].layer;
-            return fc16_head(x16, ly.w16.get(), ly.b.get(), step.fc_act, ly2.w.get(), ly2.b.get(), y,
-                             rows * plan.max_elems, L.fc_counts.get(), labels, rows, ly.in_c, ly.out_c, ly2.out_c,
-                             st);
           }
           if (plan.head && si + 2 == nsteps)  // every padded column: the head reads the first out_c of each row
             fc_gemm_f16(L.blas.get(), x16, ly.w16.get(), y, rows, ly.in_c, fc16_rows(ly.out_c), fc16_rows(ly.out_c),
@@ -445,7 +434,7 @@ GpuNetwork::GraphKey GpuNetwork::graph_key(const Chunking& ck, const uint8_t* sr
   for (const Step& st : plan.steps) k.ptrs.push_back(st.variant);
   for (size_t l = 0; l < ck.nlanes; ++l) {
     const Lane& L = *lanes_[l];
-    k.ptrs.insert(k.ptrs.end(), {L.a.get(), L.b.get(), L.labels.get(), L.fc_counts.get()});
+    k.ptrs.insert(k.ptrs.end(), {L.a.get(), L.b.get(), L.labels.get()});
   }
   return k;
 }

@@ -17,8 +17,9 @@
 //     each part's compute still fits under the next part's copy when the network computes faster than it copies;
 //     a taper above 1 makes the first part, the copy nothing computes beside, the smallest. With tail_pieces > 1
 //     the last part's copy is split further: its conv layers (the plan's image steps) run on each piece as it
-//     lands, each piece on a stream of its own, its FC layers once on the whole part in the lane after every
-//     piece, so only the last piece's conv layers and the FC layers remain after the last copy. On sp19 (H200)
+//     lands, each piece on a stream of its own (its image steps before the last in scratch of its own, the last
+//     into its rows of the lane's buffers), its FC layers once on the whole part in the lane after every piece, so
+//     only the last piece's conv layers and the FC layers remain after the last copy. On sp19 (H200)
 //     every piece costs a copy gap (~2 us) and a copy-to-kernel hand-off (3-6 us), and from 3 pieces on the
 //     pieces' conv layers fall behind their copies (plan.py's FINAL_TAIL_PIECES).
 //     No device-wide synchronisation (it would serialise the streams): each conv's op time is the sum over parts
@@ -170,9 +171,6 @@ class GpuNetwork {
     // The last two steps are FC (+ activation) -> FC: the first runs as a bare GEMM and the second, with the
     // first's bias and activation and the argmax, as one fc_head kernel (layers.cuh), when the sizes fit it.
     bool head = false;
-    // Under FcMath::FP16, the GEMM before the head and the head run as one fc16_head kernel (layers.cuh) where it
-    // takes the sizes.
-    bool fused_head = false;
     // steps[0, image_steps) work on each image alone (conv, activation, pooling): they can run on any range of
     // rows; the fully connected steps after them run on a whole part.
     size_t image_steps = 0;
@@ -185,9 +183,8 @@ class GpuNetwork {
     DeviceBuffer<uint8_t> in_u8;
     DeviceBuffer<float> a, b;
     DeviceBuffer<int32_t> labels;
-    DeviceBuffer<unsigned> fc_counts;  // fc16_head's tile counters, zero between launches
     Lane();
-    size_t bytes() const { return in_u8.bytes() + a.bytes() + b.bytes() + labels.bytes() + fc_counts.bytes(); }
+    size_t bytes() const { return in_u8.bytes() + a.bytes() + b.bytes() + labels.bytes(); }
   };
   enum class Timing { None, HostSync, Events };
 
