@@ -178,6 +178,8 @@ GpuNetwork::Plan GpuNetwork::make_plan(const std::vector<std::string>& impls) co
   plan.classes = layers_.back().out_c;
   const size_t n = plan.steps.size();
   while (plan.image_steps < n && plan.steps[plan.image_steps].layer->kind != Kind::FC) ++plan.image_steps;
+  for (size_t i = 0; i + 1 < plan.image_steps; ++i)
+    plan.piece_elems = std::max(plan.piece_elems, plan.steps[i].out_elems);
   if (n >= 2) {
     const Layer& a = *plan.steps[n - 2].layer;
     const Layer& b = *plan.steps[n - 1].layer;
@@ -460,7 +462,7 @@ GpuNetwork::Chunking GpuNetwork::prepare_chunks(int64_t rows, int chunks, int st
   for (size_t l = 0; l < ck.nlanes; ++l) size_lane(*lanes_[l], chunk_rows, false, plan.max_elems);
   if (ck.piece_at.size() > size_t(ck.nchunks) + 1) {  // the last part in pieces
     const int64_t rc = rows - ck.at[size_t(ck.nchunks) - 1];
-    for (auto& b : piece_scratch_) b.resize(size_t(rc * plan.max_elems));
+    for (auto& b : piece_scratch_) b.resize(size_t(rc * plan.piece_elems));
   }
   // Events are kept between calls: creating them here would put host calls before the first copy is queued.
   const size_t npieces = ck.piece_at.size() - 1;
@@ -527,7 +529,7 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
         CUDA_CHECK(cudaStreamWaitEvent(ps, copied_[q].get(), 0));
         const int64_t q0 = ck.piece_at[q], qc = ck.piece_at[q + 1] - q0;
         StepSpan span{0, plan.image_steps, q0 - r0};
-        for (int i = 0; i < 2; ++i) span.scratch[i] = piece_scratch_[i].get() + (q0 - r0) * plan.max_elems;
+        for (int i = 0; i < 2; ++i) span.scratch[i] = piece_scratch_[i].get() + (q0 - r0) * plan.piece_elems;
         run_lane(L, qc, plan, ck.timing, unused, &chunk_events_[q], nullptr,
                  pass_in_.get() + size_t(q0) * ck.in_bytes, nullptr, span, ps);
       }

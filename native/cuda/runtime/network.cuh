@@ -87,7 +87,7 @@ struct StepSpan {
   size_t begin = 0, end = SIZE_MAX;
   int64_t row0 = 0;
   // A piece of a part (queue_chunks): where its image steps before the last keep their outputs instead of the
-  // lane's a and b (each room for the piece's rows at the plan's max_elems); null: in the lane's buffers.
+  // lane's a and b (each room for the piece's rows at the plan's piece_elems); null: in the lane's buffers.
   float* scratch[2] = {nullptr, nullptr};
 };
 
@@ -174,6 +174,8 @@ class GpuNetwork {
     // steps[0, image_steps) work on each image alone (conv, activation, pooling): they can run on any range of
     // rows; the fully connected steps after them run on a whole part.
     size_t image_steps = 0;
+    // The largest output per image of the image steps before the last: what a piece's scratch holds per image.
+    int64_t piece_elems = 0;
   };
 
   // One stream with its own cuBLAS handle and buffers (ping-pong activations, the uint8 input, the labels).
@@ -271,7 +273,7 @@ class GpuNetwork {
   // forked from the part's lane (forked_[piece]) and joined back before its FC steps (pieced_[piece]).
   std::vector<Stream> piece_streams_;
   std::vector<Event> forked_, pieced_;
-  // The pieces' scratch (StepSpan::scratch): each piece's rows of the part at max_elems values per image.
+  // The pieces' scratch (StepSpan::scratch): each piece's rows of the part at the plan's piece_elems per image.
   DeviceBuffer<float> piece_scratch_[2];
   GraphExec graph_;                               // the captured chunked pass ...
   GraphKey graph_key_;                            // ... and what it was captured for
