@@ -1,0 +1,416 @@
+// Step 26 -- gpu-split-f16-nhwc: step 25's FP32-accurate implicit GEMM with its operands split ONCE, before the
+// GEMM, into FP16 hi/lo planes laid out channels-last (NHWC, channels padded to a multiple of 8), so that the
+// im2col gather moves 16 bytes (8 channels) per copy and the MMA loop runs ldmatrix + mma.sync only.
+//
+// Why: on the general-shape sweep (results/bench-nvidia-h200-2026-11-24-sweep-step25.json, H200, batch 10000) the
+// rows where cuDNN FP32 still wins are mid-depth layers on small images: s37 (C=29 29x29 M=19 K=5) at 0.42x
+// cuDNN, s02 (C=15 24x24 M=38 K=7) 0.56x, s17 (C=26 26x26 M=25 K=5) 0.62x, s35 (C=24 46x46 M=64 K=7) 0.70x, s21
+// 0.98x. Their best float32 variants (steps 20 and 25) reach 32-47 TFLOP/s counted as direct convolution flops.
+// Nsight Compute on step 25 (its file) found it issue- and L1-bound at once: a 4-byte cp.async per gathered
+// float (4096 per 128x32 chunk), and every operand split into hi + lo halves inside the MMA loop by each warp
+// that reads it (A by 1-2 warps, B by 4).
+//
+// What changes from step 25, and why:
+// - Split once: a pre-pass writes x as hi and lo planes xh[b][h][w][Cp], xl[b][h][w][Cp] (v ~ hi + 2^-11 lo,
+//   cuda/runtime/mma_f16.cuh) and the weights as wh[m][kh][kw][Cp], wl likewise. The MMA loop loads halves that
+//   are ready to use: no conversion instructions, and half the shared-memory bytes per tap of a float32 tile.
+// - Depth order (kh, kw, c), channels fastest, Cp = C rounded up to 8: every 8 consecutive depth indices are 8
+//   channels of one tap, 16 contiguous bytes of one pixel. A 32-deep chunk is 4 such groups; lanes take
+//   (pixel, group) with the group fastest, so a warp's copy covers 8 pixels x 64 contiguous bytes when Cp >= 32.
+// - In chunks of the batch that fit L2: the pre-pass of a chunk writes at most kChunkBytes of planes, which the
+//   GEMM reads straight after (K*K times per element) while they are still in the 50 MB L2; the whole batch's
+//   planes would be as large as x and go through DRAM twice.
+// - Shared memory tiles are [row][32 halves] (64 bytes) with the 16-byte pieces XOR-swizzled by (row / 2) % 4:
+//   the 8 row addresses of each ldmatrix phase fall in 8 distinct bank groups, with no padding.
+// - Tiles, warps and the output store are step 25's (igemm_tiles.cuh): 128 pixels x BN filters, 4 warps along
+//   pixels and for BN >= 48 a second row along filters, a 3-stage cp.async pipeline, 3 MMAs per product into two
+//   accumulators, the tile staged in shared memory and written as runs of pixels of one filter.
+// - Cost: a workspace per device and stream (the weights' planes and one chunk's), kept between calls and grown
+//   when a larger layer comes; because it can move, the launch is not graph-capturable. C < 8 pads the depth (C=1
+//   reads 8x the taps): steps 19-24 are the variants for such layers; this one is for deep ones.
+// - Range: as steps 19-25, a value beyond the FP16 range (|v| > 65504) becomes inf, and the outputs it reaches inf
+//   or NaN, never a quietly wrong number.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "cuda/kernels/igemm_tiles.cuh"
+#include "cuda/runtime/cuda_check.cuh"
+#include "cuda/runtime/device_buffer.cuh"
+#include "cuda/runtime/mma_f16.cuh"
+#include "cuda/runtime/registry.cuh"
+
+namespace pyconv {
+namespace {
+
+using igemm::BM;      // 128 pixels per block (GEMM rows)
+using igemm::LDC;     // pitch of the output staging tile
+using igemm::STAGES;  // 3 cp.async stages
+constexpr int BKH = 32;           // depth (halves) per pipeline stage: 4 groups of 8 channels
+constexpr int ROW_BYTES = 64;     // one tile row: 32 halves
+constexpr size_t kChunkBytes = 24u << 20;  // a batch chunk's hi + lo planes: well inside the 50 MB L2
+constexpr size_t kSmemLimit = igemm::kSmemLimit;
+
+struct Params {
+  int H, W, K, Cp, Wo, P;  // Cp: channels rounded up to 8 (the planes' channel pitch)
+  int D;                   // K*K*Cp: the GEMM depth
+  int Dp;                  // D rounded up to BKH: the weight planes' row pitch (zeros past D)
+  int kchunks;             // Dp / BKH
+  int m_blocks;            // ceil(M / BN)
+  igemm::Params out;       // what store_tile reads: pixels (of this batch chunk), M, P, vec4
+};
+
+template <int BN>
+struct Tiles {
+  static constexpr int WARPS_N = BN >= 48 ? 2 : 1, WARPS_M = 4, THREADS = 32 * WARPS_M * WARPS_N;
+  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N, MT = WM / 16, NT = WN / 8;
+  static constexpr int A_BYTES = BM * ROW_BYTES, B_BYTES = BN * ROW_BYTES;
+  static constexpr int STAGE_BYTES = 2 * (A_BYTES + B_BYTES);  // hi then lo of A, then hi then lo of B
+  static constexpr int ROWS_PER_PASS = THREADS / 4;            // rows one copy instruction of the block covers
+  static_assert(BN % (8 * WARPS_N) == 0 && MT == 2, "warp tile: 32 pixels x a multiple of 8 filters");
+  static_assert(BN * LDC * 4 <= STAGES * STAGE_BYTES, "the output staging tile aliases the pipeline stages");
+  static_assert(BM % ROWS_PER_PASS == 0 && BN <= ROWS_PER_PASS, "A in whole passes, B in one");
+};
+
+// Byte offset of 16-byte piece `q` (0..3) of tile row `row`: swizzled so that an ldmatrix phase (8 consecutive
+// rows, one piece) touches 8 distinct 16-byte bank groups: rows 2j and 2j+1 share a 128-byte line.
+__device__ __forceinline__ uint32_t swz(int row, int q) {
+  return uint32_t(row * ROW_BYTES + ((q ^ ((row >> 1) & 3)) << 4));
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& r0, uint32_t& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+
+// --- the pre-passes ---------------------------------------------------------------------------------------------
+
+// x[b][c][h][w] (images b0.. of the batch) -> xh/xl[b][h][w][Cp], channels C..Cp-1 zero. A block takes 64
+// pixels of one row and 32 channels at a time: reads coalesced along w into shared memory, then each thread
+// splits 8 channels of one pixel and writes them as one 16-byte piece per plane.
+constexpr int kSplitW = 64, kSplitThreads = 256;
+__global__ void __launch_bounds__(kSplitThreads) split_images(const float* __restrict__ x, uint4* __restrict__ xh,
+                                                               uint4* __restrict__ xl, int C, int H, int W, int Cp,
+                                                               int wtiles) {
+  __shared__ float tile[32][kSplitW + 1];
+  const int h = int(blockIdx.x / unsigned(wtiles)), w0 = int(blockIdx.x % unsigned(wtiles)) * kSplitW;
+  const long long b = blockIdx.y;
+  const float* img = x + b * C * (long long)H * W + (long long)h * W;
+  const long long pix0 = (b * H + h) * (long long)W;  // the row's first pixel in the planes
+  const int wl = threadIdx.x % kSplitW, g = threadIdx.x / kSplitW;  // writer roles: pixel w0 + wl, group g
+  for (int c0 = 0; c0 < Cp; c0 += 32) {
+    for (int i = threadIdx.x; i < 32 * kSplitW; i += kSplitThreads) {
+      const int cc = i / kSplitW, w = i % kSplitW, c = c0 + cc;
+      tile[cc][w] = (c < C && w0 + w < W) ? __ldcs(img + (long long)c * H * W + w0 + w) : 0.0f;
+    }
+    __syncthreads();
+    if (w0 + wl < W && c0 + 8 * g < Cp) {
+      uint32_t hi[4], lo[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint2 s = split_f16x2(tile[8 * g + 2 * j][wl], tile[8 * g + 2 * j + 1][wl]);
+        hi[j] = s.x;
+        lo[j] = s.y;
+      }
+      const long long at = ((pix0 + w0 + wl) * Cp + c0 + 8 * g) / 8;
+      xh[at] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      xl[at] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+    __syncthreads();  // the tile is read before the next channels overwrite it
+  }
+}
+
+// k[m][c][kh][kw] -> wh/wl[m][Dp] in depth order (kh, kw, c), zero past C and past D: one thread per 8 halves.
+__global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ wh, uint4* __restrict__ wl, int M,
+                              int C, int K, int Cp, int Dp) {
+  const int groups = Dp / 8;
+  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i >= (long long)M * groups) return;
+  const int m = int(i / groups), d = int(i % groups) * 8, tap = d / Cp, c0 = d % Cp;
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int c = c0 + j;
+    v[j] = (tap < K * K && c < C) ? k[((long long)m * C + c) * K * K + tap] : 0.0f;
+  }
+  uint32_t hi[4], lo[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint2 s = split_f16x2(v[2 * j], v[2 * j + 1]);
+    hi[j] = s.x;
+    lo[j] = s.y;
+  }
+  wh[i] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+  wl[i] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+}
+
+// --- the GEMM ---------------------------------------------------------------------------------------------------
+
+template <int BN>
+__global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS)  // <= 128 registers
+    conv26_kernel(const __half* __restrict__ xh, const __half* __restrict__ xl, const __half* __restrict__ wh,
+                  const __half* __restrict__ wl, float* __restrict__ y, const Params p) {
+  using T = Tiles<BN>;
+  constexpr int MT = T::MT, NT = T::NT, RPP = T::ROWS_PER_PASS;
+  extern __shared__ float4 smem4[];
+  int* s_tap = reinterpret_cast<int*>(reinterpret_cast<char*>(smem4) + STAGES * T::STAGE_BYTES);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int mb = int(blockIdx.x % unsigned(p.m_blocks));
+  const long long p0 = (long long)(blockIdx.x / unsigned(p.m_blocks)) * BM;  // first pixel of the chunk's rows
+  const int n0 = mb * BN;
+
+  // The tap table: offset (in halves, from a pixel's window corner) of each 8-channel group of the depth.
+  // Groups past D point at the corner itself: their weights are 0, and an inf or NaN there only reaches an
+  // output whose window holds it anyway.
+  for (int i = tid; i < p.kchunks * 4; i += T::THREADS) {
+    const int d = 8 * i, tap = d / p.Cp;
+    s_tap[i] = d < p.D ? ((tap / p.K) * p.W + tap % p.K) * p.Cp + d % p.Cp : 0;
+  }
+  // Copy roles: 8-channel group q = tid % 4 of rows tid / 4 + RPP * j. A pixel past the chunk gathers its last
+  // pixel (never stored); a filter past M is zero-filled.
+  const int q = tid & 3, r0 = tid >> 2;
+  constexpr int AJ = BM / RPP;
+  int abase[AJ];
+#pragma unroll
+  for (int j = 0; j < AJ; ++j) {
+    const int px = int(min(p0 + r0 + RPP * j, p.out.pixels - 1));
+    const int b = px / p.P, r = px - b * p.P, oh = r / p.Wo, ow = r - oh * p.Wo;
+    abase[j] = ((b * p.H + oh) * p.W + ow) * p.Cp + 8 * q;
+  }
+  const bool b_row = r0 < BN, b_valid = b_row && n0 + r0 < p.out.M;
+  const int wrow = b_valid ? (n0 + r0) * p.Dp + 8 * q : 0;
+  __syncthreads();  // the tap table is in
+
+  const uint32_t smem_base = igemm::smem_u32(smem4);
+  auto load_stage = [&](int kb, int s) {
+    const uint32_t st = smem_base + uint32_t(s * T::STAGE_BYTES);
+    const int ofs = s_tap[kb * 4 + q];
+#pragma unroll
+    for (int j = 0; j < AJ; ++j) {
+      const uint32_t dst = st + swz(r0 + RPP * j, q);
+      cp_async16(dst, xh + (abase[j] + ofs), true);
+      cp_async16(dst + T::A_BYTES, xl + (abase[j] + ofs), true);
+    }
+    if (b_row) {
+      const uint32_t dst = st + 2 * T::A_BYTES + swz(r0, q);
+      cp_async16(dst, wh + (wrow + kb * BKH), b_valid);
+      cp_async16(dst + T::B_BYTES, wl + (wrow + kb * BKH), b_valid);
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < p.kchunks) load_stage(s, s);
+    asm volatile("cp.async.commit_group;");
+  }
+
+  const int wm = (warp % T::WARPS_M) * T::WM, wn = (warp / T::WARPS_M) * T::WN;
+  float acc[MT][NT][4], cor[MT][NT][4];  // hi*hi; hi*lo + lo*hi (scaled by 2^11)
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[mt][nt][r] = cor[mt][nt][r] = 0.0f;
+
+  // ldmatrix rows: A x4 = (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) = a0..a3; B x4 over two
+  // n-tiles = (filters 0-7, k 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15) = b0, b1 of each.
+  const int a_row = wm + (lane & 15), a_q = lane >> 4;
+  const int b_row0 = wn + (lane & 7) + 8 * (lane >> 4), b_q = (lane >> 3) & 1;
+
+  for (int kb = 0; kb < p.kchunks; ++kb) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
+    __syncthreads();  // chunk kb is in for every thread; everyone is done with the stage the next load overwrites
+    {
+      const int next = kb + STAGES - 1;
+      if (next < p.kchunks) load_stage(next, next % STAGES);
+      asm volatile("cp.async.commit_group;");
+    }
+    const uint32_t a_s = smem_base + uint32_t((kb % STAGES) * T::STAGE_BYTES);
+    const uint32_t b_s = a_s + 2 * T::A_BYTES;
+#pragma unroll
+    for (int kk = 0; kk < BKH / 16; ++kk) {
+      uint32_t ah[MT][4], al[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const uint32_t at = a_s + swz(a_row + 16 * mt, 2 * kk + a_q);
+        igemm::ldsm_x4(at, ah[mt][0], ah[mt][1], ah[mt][2], ah[mt][3]);
+        igemm::ldsm_x4(at + T::A_BYTES, al[mt][0], al[mt][1], al[mt][2], al[mt][3]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; nt += 2) {
+        uint32_t bh[4], bl[4];
+        if (nt + 1 < NT) {
+          const uint32_t bt = b_s + swz(b_row0 + 8 * nt, 2 * kk + b_q);
+          igemm::ldsm_x4(bt, bh[0], bh[1], bh[2], bh[3]);
+          igemm::ldsm_x4(bt + T::B_BYTES, bl[0], bl[1], bl[2], bl[3]);
+        } else {  // an odd last n-tile: lanes 0-15 give the addresses
+          const uint32_t bt = b_s + swz(wn + (lane & 7) + 8 * nt, 2 * kk + b_q);
+          ldsm_x2(bt, bh[0], bh[1]);
+          ldsm_x2(bt + T::B_BYTES, bl[0], bl[1]);
+          bh[2] = bh[3] = bl[2] = bl[3] = 0u;
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (nt + h >= NT) break;
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_f16(acc[mt][nt + h], ah[mt][0], ah[mt][1], ah[mt][2], ah[mt][3], bh[2 * h], bh[2 * h + 1]);
+            mma_f16(cor[mt][nt + h], ah[mt][0], ah[mt][1], ah[mt][2], ah[mt][3], bl[2 * h], bl[2 * h + 1]);
+            mma_f16(cor[mt][nt + h], al[mt][0], al[mt][1], al[mt][2], al[mt][3], bh[2 * h], bh[2 * h + 1]);
+          }
+        }
+      }
+    }
+  }
+
+  // Stage the tile as [filter][pixel] (step 25's epilogue) and write it out.
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  __syncthreads();  // every warp is done with the stages the staging tile aliases
+  float* cs = reinterpret_cast<float*>(smem4);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float d[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) d[r] = fmaf(cor[mt][nt][r], kSplitUnscale, acc[mt][nt][r]);
+      igemm::stage_fragment(cs, wm + mt * 16 + g, wn + nt * 8 + 2 * t, d[0], d[1], d[2], d[3]);
+    }
+  __syncthreads();
+  igemm::store_tile<BN, T::THREADS>(cs, y, p.out, p0, n0);
+}
+
+using Kernel = void (*)(const __half*, const __half*, const __half*, const __half*, float*, const Params);
+
+struct Config {
+  int bn, threads, stage_bytes;
+  Kernel kernel;
+};
+
+template <int BN>
+constexpr Config config() {
+  return {BN, Tiles<BN>::THREADS, Tiles<BN>::STAGE_BYTES, conv26_kernel<BN>};
+}
+
+// The narrowest filter tile that holds M (wider M runs as several blocks of 64 filters).
+const Config& pick(int64_t M) {
+  static const Config configs[] = {config<8>(), config<16>(), config<24>(), config<32>(), config<48>(), config<64>()};
+  for (const Config& c : configs)
+    if (M <= c.bn) return c;
+  return configs[5];
+}
+
+constexpr const char* kName = "gpu-split-f16-nhwc";
+
+int64_t padded_channels(const ConvShape& s) { return (s.C + 7) / 8 * 8; }
+// One image's hi + lo planes, in bytes.
+int64_t image_plane_bytes(const ConvShape& s) { return s.H * s.W * padded_channels(s) * 4; }
+
+// Fills p for s (the batch chunk's pixel count is set per launch); "" when supported, else why not.
+std::string plan(const ConvShape& s, Params& p, const Config& c) {
+  const int64_t Cp = padded_channels(s), D = s.K * s.K * Cp, Dp = (D + BKH - 1) / BKH * BKH;
+  // Offsets into a chunk's planes and the weights' are 32-bit: one image's planes (a chunk holds at least one)
+  // and the weight planes must stay below 2^31 halves.
+  if (s.H * s.W * Cp > (int64_t(1) << 30) || s.M * Dp > INT_MAX)
+    return std::string(kName) + ": an image of " + std::to_string(s.H * s.W * Cp) + " padded values or weights of " +
+           std::to_string(s.M * Dp) + " exceed its 32-bit offsets";
+  const int64_t kchunks = Dp / BKH;
+  const size_t smem = size_t(STAGES) * c.stage_bytes + size_t(kchunks) * 16;
+  if (smem > kSmemLimit)
+    return std::string(kName) + ": a depth of " + std::to_string(D) + " padded taps needs a tap table beyond " +
+           std::to_string(kSmemLimit / 1024) + " KB of shared memory";
+  p.H = int(s.H); p.W = int(s.W); p.K = int(s.K); p.Cp = int(Cp);
+  p.Wo = int(s.Wo()); p.P = int(s.Ho() * s.Wo());
+  p.D = int(D); p.Dp = int(Dp); p.kchunks = int(kchunks);
+  p.m_blocks = int((s.M + c.bn - 1) / c.bn);
+  p.out = igemm::Params{};
+  p.out.M = int(s.M);
+  p.out.P = p.P;
+  p.out.vec4 = p.P % 4 == 0;
+  return "";
+}
+
+// The planes a launch needs, per device and stream (launches on two streams at once must not share them), grown
+// only when a larger layer comes. cudaFree on growth waits for the device to go idle, so queued work is safe.
+struct Workspace {
+  DeviceBuffer<__half> weights, images;
+};
+Workspace& workspace(cudaStream_t st) {
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, Workspace> by_stream;  // lives until process exit
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  return by_stream[{dev, st}];
+}
+
+}  // namespace
+
+std::string conv_supports_gpu_split_f16_nhwc(const ConvShape& s) {
+  Params p{};
+  return plan(s, p, pick(s.M));
+}
+
+void conv_fwd_gpu_split_f16_nhwc(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st) {
+  const Config& c = pick(s.M);
+  Params p{};
+  const std::string why = plan(s, p, c);
+  if (!why.empty()) throw std::invalid_argument(why);
+  if (s.B == 0 || s.M == 0) return;
+
+  // Images per chunk: as many as kChunkBytes of planes hold (at least one), at most 65535 (the split's grid.y).
+  const int64_t per_image = image_plane_bytes(s);
+  const int64_t chunk = std::min<int64_t>({s.B, std::max<int64_t>(1, int64_t(kChunkBytes) / per_image), 65535});
+  const size_t plane = size_t(chunk) * s.H * s.W * p.Cp, wplane = size_t(s.M) * p.Dp;
+  Workspace& ws = workspace(st);
+  ws.weights.resize(2 * wplane);
+  ws.images.resize(2 * plane);
+  __half *wh = ws.weights.get(), *wl = wh + wplane, *xh = ws.images.get(), *xl = xh + plane;
+
+  {
+    const long long n = s.M * (p.Dp / 8);
+    split_weights<<<unsigned((n + 255) / 256), 256, 0, st>>>(k, reinterpret_cast<uint4*>(wh),
+                                                            reinterpret_cast<uint4*>(wl), int(s.M), int(s.C),
+                                                            int(s.K), p.Cp, p.Dp);
+    CUDA_CHECK_LAUNCH();
+  }
+  const size_t smem = size_t(STAGES) * c.stage_bytes + size_t(p.kchunks) * 16;
+  CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const int wtiles = int((s.W + kSplitW - 1) / kSplitW);
+  for (int64_t b0 = 0; b0 < s.B; b0 += chunk) {
+    const int64_t nb = std::min(chunk, s.B - b0);
+    split_images<<<dim3(unsigned(wtiles * s.H), unsigned(nb)), kSplitThreads, 0, st>>>(
+        x + b0 * s.C * s.H * s.W, reinterpret_cast<uint4*>(xh), reinterpret_cast<uint4*>(xl), int(s.C), int(s.H),
+        int(s.W), p.Cp, wtiles);
+    CUDA_CHECK_LAUNCH();
+    p.out.pixels = nb * p.P;
+    const long long blocks = (p.out.pixels + BM - 1) / BM * p.m_blocks;
+    c.kernel<<<unsigned(blocks), c.threads, smem, st>>>(xh, xl, wh, wl, y + b0 * s.M * p.P, p);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
+    .name = "gpu-split-f16-nhwc",
+    .step = 26,
+    .summary = "step 25 with the operands split once into channels-last FP16 hi/lo planes (batch chunks in L2): "
+               "16-byte gathers, no conversions in the MMA loop",
+    .launch = conv_fwd_gpu_split_f16_nhwc,
+    .supports = conv_supports_gpu_split_f16_nhwc,
+    .graph_capturable = false,  // the workspace grows (moves) when a larger layer comes
+    .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
+});
+
+}  // namespace pyconv
