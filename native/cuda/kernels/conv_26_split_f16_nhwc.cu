@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
   for (int j = 0; j < AJ; ++j) {
     const int px = int(min(p0 + r0 + RPP * j, p.out.pixels - 1));
     const int b = px / p.P, r = px - b * p.P, oh = r / p.Wo, ow = r - oh * p.Wo;
-    abase[j] = ((b * p.H + oh) * p.W + ow) * p.Cp + 8 * q;
+    abase[j] = ((b * p.H + oh) * p.W + ow) * p.Cp;  // the tap table holds each group's channel offset
   }
   const bool b_row = r0 < BN, b_valid = b_row && n0 + r0 < p.out.M;
   const int wrow = b_valid ? (n0 + r0) * p.Dp + 8 * q : 0;
