@@ -95,39 +95,32 @@ __device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& r0, uint32_t& r
 
 // --- the pre-passes ---------------------------------------------------------------------------------------------
 
-// x[b][c][h][w] (images b0.. of the batch) -> xh/xl[b][h][w][Cp], channels C..Cp-1 zero. A block takes 64
-// pixels of one row and 32 channels at a time: reads coalesced along w into shared memory, then each thread
-// splits 8 channels of one pixel and writes them as one 16-byte piece per plane.
-constexpr int kSplitW = 64, kSplitThreads = 256;
-__global__ void __launch_bounds__(kSplitThreads) split_images(const float* __restrict__ x, uint4* __restrict__ xh,
-                                                               uint4* __restrict__ xl, int C, int H, int W, int Cp,
-                                                               int wtiles) {
-  __shared__ float tile[32][kSplitW + 1];
-  const int h = int(blockIdx.x / unsigned(wtiles)), w0 = int(blockIdx.x % unsigned(wtiles)) * kSplitW;
-  const long long b = blockIdx.y;
-  const float* img = x + b * C * (long long)H * W + (long long)h * W;
-  const long long pix0 = (b * H + h) * (long long)W;  // the row's first pixel in the planes
-  const int wl = threadIdx.x % kSplitW, g = threadIdx.x / kSplitW;  // writer roles: pixel w0 + wl, group g
-  for (int c0 = 0; c0 < Cp; c0 += 32) {
-    for (int i = threadIdx.x; i < 32 * kSplitW; i += kSplitThreads) {
-      const int cc = i / kSplitW, w = i % kSplitW, c = c0 + cc;
-      tile[cc][w] = (c < C && w0 + w < W) ? __ldcs(img + (long long)c * H * W + w0 + w) : 0.0f;
-    }
-    __syncthreads();
-    if (w0 + wl < W && c0 + 8 * g < Cp) {
-      uint32_t hi[4], lo[4];
+// x[b][c][h][w] (images b0.. of the batch) -> xh/xl[b][h][w][Cp], channels C..Cp-1 zero: one thread per pixel
+// and 8-channel group, pixels fastest, so each of its 8 reads is coalesced across the warp; it writes one 16-byte
+// piece per plane. (A first form staged 32 channels x 64 pixels of a row in shared memory per block: on small
+// images most of each block sat idle, and the pass took about as long as the GEMM it feeds.)
+__global__ void split_images(const float* __restrict__ x, uint4* __restrict__ xh, uint4* __restrict__ xl, int C,
+                             int HW, int groups, long long total) {
+  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  const int px = int(i % HW);
+  const long long bg = i / HW;
+  const int gi = int(bg % groups);
+  const long long b = bg / groups;
+  const float* src = x + (b * C + 8 * gi) * (long long)HW + px;
+  float v[8];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint2 s = split_f16x2(tile[8 * g + 2 * j][wl], tile[8 * g + 2 * j + 1][wl]);
-        hi[j] = s.x;
-        lo[j] = s.y;
-      }
-      const long long at = ((pix0 + w0 + wl) * Cp + c0 + 8 * g) / 8;
-      xh[at] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-      xl[at] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-    }
-    __syncthreads();  // the tile is read before the next channels overwrite it
+  for (int j = 0; j < 8; ++j) v[j] = 8 * gi + j < C ? __ldcs(src + (long long)j * HW) : 0.0f;
+  uint32_t hi[4], lo[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint2 s = split_f16x2(v[2 * j], v[2 * j + 1]);
+    hi[j] = s.x;
+    lo[j] = s.y;
   }
+  const long long at = (b * HW + px) * groups + gi;
+  xh[at] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+  xl[at] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
 }
 
 // k[m][c][kh][kw] -> wh/wl[m][Dp] in depth order (kh, kw, c), zero past C and past D: one thread per 8 halves.
@@ -370,9 +363,9 @@ void conv_fwd_gpu_split_f16_nhwc(const float* x, const float* k, float* y, const
   if (!why.empty()) throw std::invalid_argument(why);
   if (s.B == 0 || s.M == 0) return;
 
-  // Images per chunk: as many as kChunkBytes of planes hold (at least one), at most 65535 (the split's grid.y).
+  // Images per chunk: as many as kChunkBytes of planes hold (at least one).
   const int64_t per_image = image_plane_bytes(s);
-  const int64_t chunk = std::min<int64_t>({s.B, std::max<int64_t>(1, int64_t(kChunkBytes) / per_image), 65535});
+  const int64_t chunk = std::min<int64_t>(s.B, std::max<int64_t>(1, int64_t(kChunkBytes) / per_image));
   const size_t plane = size_t(chunk) * s.H * s.W * p.Cp, wplane = size_t(s.M) * p.Dp;
   Workspace& ws = workspace(st);
   ws.weights.resize(2 * wplane);
@@ -388,12 +381,12 @@ void conv_fwd_gpu_split_f16_nhwc(const float* x, const float* k, float* y, const
   }
   const size_t smem = size_t(STAGES) * c.stage_bytes + size_t(p.kchunks) * 16;
   CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const int wtiles = int((s.W + kSplitW - 1) / kSplitW);
   for (int64_t b0 = 0; b0 < s.B; b0 += chunk) {
-    const int64_t nb = std::min(chunk, s.B - b0);
-    split_images<<<dim3(unsigned(wtiles * s.H), unsigned(nb)), kSplitThreads, 0, st>>>(
-        x + b0 * s.C * s.H * s.W, reinterpret_cast<uint4*>(xh), reinterpret_cast<uint4*>(xl), int(s.C), int(s.H),
-        int(s.W), p.Cp, wtiles);
+    const int64_t nb = std::min(chunk, s.B - b0), total = nb * s.H * s.W * (p.Cp / 8);
+    split_images<<<unsigned((total + 255) / 256), 256, 0, st>>>(x + b0 * s.C * s.H * s.W,
+                                                                reinterpret_cast<uint4*>(xh),
+                                                                reinterpret_cast<uint4*>(xl), int(s.C),
+                                                                int(s.H * s.W), p.Cp / 8, total);
     CUDA_CHECK_LAUNCH();
     p.out.pixels = nb * p.P;
     const long long blocks = (p.out.pixels + BM - 1) / BM * p.m_blocks;
