@@ -1,8 +1,7 @@
 """Step 26 (gpu-split-f16-nhwc) at the edges of what it adds to step 25: channel counts that pad to the next 8
-(C = 1, 3, 9, 29) and span several 32-channel slabs of its pre-pass (C = 40, 70), rows wider than the pre-pass's
-64-pixel tiles, depths K*K*Cp that end inside a 32-deep chunk, every filter tile (M from 1 to 130), pixel counts
-that are not a multiple of its 128-pixel tile, tiles that span many images, and batches cut into several chunks
-of planes (an image's planes near 1 MB, so a chunk holds about 20). The FP16-range contract: an input beyond
+(C = 1, 3, 9, 29, 70) and several 8-channel groups per tap (C = 40), depths K*K*Cp that end inside a 32-deep
+chunk, every filter tile (M from 1 to 130), pixel counts that are not a multiple of its 128-pixel tile, tiles that
+span many images, and a batch cut into chunks of planes (images of 144 MB of planes: one per chunk). The FP16-range contract: an input beyond
 65504 reaches its outputs as inf or NaN, never as a wrong finite number. Inputs past 2^31 elements are left to
 `invoke bench --sweep`, which checks every row at batch 10000 on the device."""
 
@@ -37,12 +36,13 @@ SHAPES = [
     (2, 7, 15, 15, 65, 3),     # M = 65: a second 64-filter tile holding one filter
     (1, 4, 10, 10, 130, 3),    # three 64-filter tiles
     (2, 24, 46, 46, 64, 7),    # the sweep's s35 at batch 2
-    (1, 40, 12, 12, 10, 3),    # C = 40: two slabs of the pre-pass, the second one group
-    (2, 70, 9, 9, 12, 3),      # C = 70 pads to 72: three slabs
-    (1, 2, 150, 130, 6, 3),    # rows of 130 pixels: three pre-pass tiles, the last 2 wide
+    (1, 40, 12, 12, 10, 3),    # C = 40: five groups per tap
+    (2, 70, 9, 9, 12, 3),      # C = 70 pads to 72
+    (1, 2, 150, 130, 6, 3),    # a rectangular image of 19.5K pixels
     (257, 2, 6, 6, 8, 5),      # 257 images of 4 pixels: tiles span many images
     (3, 33, 9, 9, 40, 1),      # K = 1: depth 40, one group past a chunk
-    (45, 32, 96, 96, 5, 3),    # 1.2 MB of planes per image: the batch in three chunks
+    (45, 32, 96, 96, 5, 3),    # 1.2 MB of planes per image
+    (3, 16, 1500, 1500, 3, 1),  # 144 MB of planes per image: three chunks of one image
 ]
 
 
