@@ -17,11 +17,7 @@
 // - Depth order (kh, kw, c), channels fastest, Cp = C rounded up to 8: every 8 consecutive depth indices are 8
 //   channels of one tap, 16 contiguous bytes of one pixel. A 32-deep chunk is 4 such groups; lanes take
 //   (pixel, group) with the group fastest, so a warp's copy covers 8 pixels x 64 contiguous bytes when Cp >= 32.
-// - In chunks of the batch: the planes of up to kChunkBytes of images are written, then multiplied, chunk after
-//   chunk, so the workspace stays bounded whatever the batch. Chunks of 8, 24, 64 and 256 MB were timed (H200,
-//   batch 10000, a probe launching the variant on device buffers): 256 MB was fastest on 9 of 11 small-image rows
-//   of the sweep (s37 4.21 ms against 4.95 at 8 MB): each chunk's two launches drain the GPU once, and that costs
-//   more than the planes' round trip through DRAM that chunks small enough for L2 would save.
+// - In chunks of the batch (split_planes.cuh: the chunk size, the pre-pass, the workspace and why).
 // - Shared memory tiles are [row][32 halves] (64 bytes) with the 16-byte pieces XOR-swizzled by (row / 2) % 4:
 //   the 8 row addresses of each ldmatrix phase fall in 8 distinct bank groups, with no padding.
 // - Tiles, warps and the output store are step 25's (igemm_tiles.cuh): 128 pixels x BN filters, 4 warps along
@@ -37,15 +33,12 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <stdexcept>
 #include <string>
-#include <utility>
 
 #include "cuda/kernels/igemm_tiles.cuh"
+#include "cuda/kernels/split_planes.cuh"
 #include "cuda/runtime/cuda_check.cuh"
-#include "cuda/runtime/device_buffer.cuh"
 #include "cuda/runtime/mma_f16.cuh"
 #include "cuda/runtime/registry.cuh"
 
@@ -57,7 +50,6 @@ using igemm::LDC;     // pitch of the output staging tile
 using igemm::STAGES;  // 3 cp.async stages
 constexpr int BKH = 32;           // depth (halves) per pipeline stage: 4 groups of 8 channels
 constexpr int ROW_BYTES = 64;     // one tile row: 32 halves
-constexpr size_t kChunkBytes = size_t(256) << 20;  // a batch chunk's hi + lo planes
 constexpr size_t kSmemLimit = igemm::kSmemLimit;
 
 struct Params {
@@ -96,34 +88,6 @@ __device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& r0, uint32_t& r
 }
 
 // --- the pre-passes ---------------------------------------------------------------------------------------------
-
-// x[b][c][h][w] (images b0.. of the batch) -> xh/xl[b][h][w][Cp], channels C..Cp-1 zero: one thread per pixel
-// and 8-channel group, pixels fastest, so each of its 8 reads is coalesced across the warp; it writes one 16-byte
-// piece per plane. (A first form staged 32 channels x 64 pixels of a row in shared memory per block: on small
-// images most of each block sat idle, and the pass took about as long as the GEMM it feeds.)
-__global__ void split_images(const float* __restrict__ x, uint4* __restrict__ xh, uint4* __restrict__ xl, int C,
-                             int HW, int groups, long long total) {
-  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (i >= total) return;
-  const int px = int(i % HW);
-  const long long bg = i / HW;
-  const int gi = int(bg % groups);
-  const long long b = bg / groups;
-  const float* src = x + (b * C + 8 * gi) * (long long)HW + px;
-  float v[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = 8 * gi + j < C ? __ldcs(src + (long long)j * HW) : 0.0f;
-  uint32_t hi[4], lo[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const uint2 s = split_f16x2(v[2 * j], v[2 * j + 1]);
-    hi[j] = s.x;
-    lo[j] = s.y;
-  }
-  const long long at = (b * HW + px) * groups + gi;
-  xh[at] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-  xl[at] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-}
 
 // k[m][c][kh][kw] -> wh/wl[m][Dp] in depth order (kh, kw, c), zero past C and past D: one thread per 8 halves.
 __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ wh, uint4* __restrict__ wl, int M,
@@ -310,8 +274,6 @@ const Config& pick(int64_t M) {
 constexpr const char* kName = "gpu-split-f16-nhwc";
 
 int64_t padded_channels(const ConvShape& s) { return (s.C + 7) / 8 * 8; }
-// One image's hi + lo planes, in bytes.
-int64_t image_plane_bytes(const ConvShape& s) { return s.H * s.W * padded_channels(s) * 4; }
 
 // Fills p for s (the batch chunk's pixel count is set per launch); "" when supported, else why not.
 std::string plan(const ConvShape& s, Params& p, const Config& c) {
@@ -337,20 +299,6 @@ std::string plan(const ConvShape& s, Params& p, const Config& c) {
   return "";
 }
 
-// The planes a launch needs, per device and stream (launches on two streams at once must not share them), grown
-// only when a larger layer comes. cudaFree on growth waits for the device to go idle, so queued work is safe.
-struct Workspace {
-  DeviceBuffer<__half> weights, images;
-};
-Workspace& workspace(cudaStream_t st) {
-  static std::mutex mu;
-  static std::map<std::pair<int, cudaStream_t>, Workspace> by_stream;  // lives until process exit
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  return by_stream[{dev, st}];
-}
-
 }  // namespace
 
 std::string conv_supports_gpu_split_f16_nhwc(const ConvShape& s) {
@@ -365,11 +313,9 @@ void conv_fwd_gpu_split_f16_nhwc(const float* x, const float* k, float* y, const
   if (!why.empty()) throw std::invalid_argument(why);
   if (s.B == 0 || s.M == 0) return;
 
-  // Images per chunk: as many as kChunkBytes of planes hold (at least one).
-  const int64_t per_image = image_plane_bytes(s);
-  const int64_t chunk = std::min<int64_t>(s.B, std::max<int64_t>(1, int64_t(kChunkBytes) / per_image));
+  const int64_t chunk = planes::chunk_images(s, p.Cp);
   const size_t plane = size_t(chunk) * s.H * s.W * p.Cp, wplane = size_t(s.M) * p.Dp;
-  Workspace& ws = workspace(st);
+  planes::Workspace& ws = planes::workspace(st);
   ws.weights.resize(2 * wplane);
   ws.images.resize(2 * plane);
   __half *wh = ws.weights.get(), *wl = wh + wplane, *xh = ws.images.get(), *xl = xh + plane;
@@ -384,12 +330,8 @@ void conv_fwd_gpu_split_f16_nhwc(const float* x, const float* k, float* y, const
   const size_t smem = size_t(STAGES) * c.stage_bytes + size_t(p.kchunks) * 16;
   CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   for (int64_t b0 = 0; b0 < s.B; b0 += chunk) {
-    const int64_t nb = std::min(chunk, s.B - b0), total = nb * s.H * s.W * (p.Cp / 8);
-    split_images<<<unsigned((total + 255) / 256), 256, 0, st>>>(x + b0 * s.C * s.H * s.W,
-                                                                reinterpret_cast<uint4*>(xh),
-                                                                reinterpret_cast<uint4*>(xl), int(s.C),
-                                                                int(s.H * s.W), p.Cp / 8, total);
-    CUDA_CHECK_LAUNCH();
+    const int64_t nb = std::min(chunk, s.B - b0);
+    planes::split_chunk(x, xh, xl, s, b0, nb, p.Cp, st);
     p.out.pixels = nb * p.P;
     const long long blocks = (p.out.pixels + BM - 1) / BM * p.m_blocks;
     c.kernel<<<unsigned(blocks), c.threads, smem, st>>>(xh, xl, wh, wl, y + b0 * s.M * p.P, p);

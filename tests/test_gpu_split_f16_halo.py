@@ -1,0 +1,94 @@
+"""Step 27 (gpu-split-f16-halo) at the edges of what it adds to step 26: channel counts that pad to the next 16
+(C = 1, 3, 9, 29, 70) and several 16-channel units (C = 40, 70: the slab double-buffered), K = 1 (no halo, the
+next slab is the newest copy), tiles whose 128 pixels span one row or many (Wo from 1 to 148), cross one image
+boundary or many (images of 4 pixels), every filter tile (M from 1 to 130), pixel counts that are not a multiple
+of 128, and a batch cut into chunks of planes. The FP16-range contract: an input beyond
+65504 reaches its outputs as inf or NaN, never as a wrong finite number. Inputs past 2^31 elements are left to
+`invoke bench --sweep`, which checks every row at batch 10000 on the device."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from built_variants import needs
+from gpu_helpers import check_beyond_fp16_range, check_shape, close, descriptor, gpu, requires_gpu, \
+    requires_gpu_module
+
+from pyconv import verify
+
+NAME = "gpu-split-f16-halo"
+SEED = 2727
+pytestmark = needs(NAME)  # a student handout leaves the ladder out
+
+# (B, C, H, W, M, K)
+SHAPES = [
+    (1, 1, 7, 7, 5, 7),        # one output pixel, C = 1 padded to 8: depth 392 in 13 chunks
+    (3, 1, 7, 7, 1, 7),        # M = 1
+    (2, 1, 5, 5, 6, 3),        # depth 72: the last chunk holds one group
+    (5, 2, 4, 4, 3, 3),        # Ho*Wo = 4
+    (7, 3, 9, 11, 7, 3),       # Ho*Wo = 63: scalar stores; rectangular image
+    (1, 3, 3, 3, 9, 3),        # image = kernel, M = 9: a 16-filter tile
+    (4, 5, 12, 12, 16, 5),     # 16 filters exactly
+    (3, 6, 14, 13, 17, 5),     # M = 17: a 24-filter tile
+    (2, 29, 29, 29, 19, 5),    # the sweep's s37 at batch 2
+    (3, 9, 31, 31, 27, 5),     # C = 9 pads to 16; a 32-filter tile
+    (2, 15, 24, 24, 38, 7),    # the sweep's s02: 48 filters
+    (2, 32, 20, 20, 64, 3),    # 64 filters exactly, Cp = 32: one tap per chunk
+    (2, 7, 15, 15, 65, 3),     # M = 65: a second 64-filter tile holding one filter
+    (1, 4, 10, 10, 130, 3),    # three 64-filter tiles
+    (2, 24, 46, 46, 64, 7),    # the sweep's s35 at batch 2
+    (1, 40, 12, 12, 10, 3),    # C = 40: five groups per tap
+    (2, 70, 9, 9, 12, 3),      # C = 70 pads to 72
+    (1, 2, 150, 130, 6, 3),    # a rectangular image of 19.5K pixels
+    (257, 2, 6, 6, 8, 5),      # 257 images of 4 pixels: tiles span many images
+    (3, 33, 9, 9, 40, 1),      # K = 1: depth 40, one group past a chunk
+    (45, 32, 96, 96, 5, 3),    # 1.2 MB of planes per image
+    (3, 16, 1500, 150, 3, 1),  # 14 MB of planes per image, K = 1
+    (25, 96, 200, 200, 4, 1),  # 15 MB per image, K = 1: the batch in two chunks
+    (2, 2, 40, 3, 5, 3),       # Wo = 1: a tile spans 128 output rows
+]
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-C{}-{}x{}-M{}-K{}".format(*s))
+def test_edge_shapes_match_reference(shape):
+    check_shape(NAME, shape, SEED)
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_beyond_fp16_range_is_never_a_wrong_number():
+    check_beyond_fp16_range(NAME, SEED)
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_a_smaller_layer_after_a_larger_one_reuses_the_workspace_correctly():
+    """The planes live in a workspace kept between calls and grown only: a small layer after a large one (larger
+    planes left behind), then the large one again, each against the reference."""
+    rng = np.random.default_rng(SEED)
+    v = descriptor(NAME)
+    for B, C, H, W, M, K in [(6, 30, 40, 40, 46, 7), (3, 5, 9, 9, 4, 3), (6, 30, 40, 40, 46, 7)]:
+        x = verify.random_nonzero(rng, (B, C, H, W))
+        k = verify.random_nonzero(rng, (M, C, K, K))
+        ok, msg = close(gpu().conv(NAME, x, k), verify.expected(x, k), *verify.tolerance(v["rtol"], C, K))
+        assert ok, f"{NAME} {(B, C, H, W, M, K)}: {msg}"
+
+
+@requires_gpu_module
+@pytest.mark.parametrize("shape", [(10000, 29, 29, 29, 19, 5), (10000, 15, 24, 24, 38, 7), (10000, 26, 26, 26, 25, 5),
+                                   (10000, 11, 31, 31, 27, 5), (10000, 24, 46, 46, 64, 7), (10000, 30, 81, 81, 46, 7)])
+def test_the_sweeps_shapes_are_supported(shape):
+    """supports() is host code (no GPU needed): the sweep's small-image rows and its largest drawn shape (s00) run
+    at batch 10000."""
+    assert gpu().why_unsupported(NAME, *shape) == ""
+
+
+@requires_gpu_module
+def test_a_slab_beyond_shared_memory_is_refused_in_one_line():
+    """The widest shape the sweep's ranges allow: 128 pixels of 90-pixel rows reach 15 input rows of 96 pixels,
+    32 channels' slabs double-buffered beside 64 filters' weights."""
+    why = gpu().why_unsupported(NAME, 10000, 32, 96, 96, 64, 7)
+    assert why == (f"{NAME}: a slab of 15 rows of 96 pixels and 64 filters' weights need 240 KB of shared memory "
+                   "(limit 220 KB)")
