@@ -11,8 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from built_variants import needs
-from gpu_helpers import check_beyond_fp16_range, check_shape, close, descriptor, gpu, requires_gpu, \
-    requires_gpu_module
+from gpu_helpers import check_beyond_fp16_range, check_shape, close, descriptor, gpu, requires_gpu, requires_gpu_module
 
 from pyconv import verify
 

@@ -1,17 +1,17 @@
 """Step 26 (gpu-split-f16-nhwc) at the edges of what it adds to step 25: channel counts that pad to the next 8
 (C = 1, 3, 9, 29, 70) and several 8-channel groups per tap (C = 40), depths K*K*Cp that end inside a 32-deep
 chunk, every filter tile (M from 1 to 130), pixel counts that are not a multiple of its 128-pixel tile, tiles that
-span many images, and a batch cut into chunks of planes (images of 144 MB of planes: one per chunk). The FP16-range contract: an input beyond
-65504 reaches its outputs as inf or NaN, never as a wrong finite number. Inputs past 2^31 elements are left to
-`invoke bench --sweep`, which checks every row at batch 10000 on the device."""
+span many images, and a batch cut into chunks of planes (images of 144 MB of planes: one per chunk). The
+FP16-range contract: an input beyond 65504 reaches its outputs as inf or NaN, never as a wrong finite number.
+Inputs past 2^31 elements are left to `invoke bench --sweep`, which checks every row at batch 10000 on the
+device."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from built_variants import needs
-from gpu_helpers import check_beyond_fp16_range, check_shape, close, descriptor, gpu, requires_gpu, \
-    requires_gpu_module
+from gpu_helpers import check_beyond_fp16_range, check_shape, close, descriptor, gpu, requires_gpu, requires_gpu_module
 
 from pyconv import verify
 
