@@ -47,7 +47,7 @@ namespace {
 
 using igemm::BM;      // 128 pixels per block (GEMM rows)
 using igemm::LDC;     // pitch of the output staging tile
-using igemm::STAGES;  // 3 cp.async stages
+constexpr int STAGES = 3;  // cp.async stages
 constexpr int BKH = 32;           // depth (halves) per pipeline stage: 4 groups of 8 channels
 constexpr int ROW_BYTES = 64;     // one tile row: 32 halves
 constexpr size_t kSmemLimit = igemm::kSmemLimit;
