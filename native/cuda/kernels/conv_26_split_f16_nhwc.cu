@@ -21,8 +21,11 @@
 // - Shared memory tiles are [row][32 halves] (64 bytes) with the 16-byte pieces XOR-swizzled by (row / 2) % 4:
 //   the 8 row addresses of each ldmatrix phase fall in 8 distinct bank groups, with no padding.
 // - Tiles, warps and the output store are step 25's (igemm_tiles.cuh): 128 pixels x BN filters, 4 warps along
-//   pixels and for BN >= 48 a second row along filters, a 3-stage cp.async pipeline, 3 MMAs per product into two
-//   accumulators, the tile staged in shared memory and written as runs of pixels of one filter.
+//   pixels and for BN >= 48 a second row along filters, 3 MMAs per product into two accumulators, the tile staged
+//   in shared memory and written as runs of pixels of one filter. The cp.async pipeline has 2 stages: 2, 3 and 4
+//   were timed on 11 of the sweep's rows (a probe launching the variant on device buffers, H200, batch 10000), and
+//   2 was fastest or within 1% on 10 of them (s37 3.44 ms, 3.47, 3.88; s02 1.1% behind 3): with BN = 24 a third
+//   stage leaves shared memory for 3 blocks per SM instead of the 4 the registers allow.
 // - Cost: a workspace per device and stream (the weights' planes and one chunk's), kept between calls and grown
 //   when a larger layer comes; because it can move, the launch is not graph-capturable. C < 8 pads the depth (C=1
 //   reads 8x the taps): steps 19-24 are the variants for such layers; this one is for deep ones.
@@ -47,7 +50,7 @@ namespace {
 
 using igemm::BM;      // 128 pixels per block (GEMM rows)
 using igemm::LDC;     // pitch of the output staging tile
-constexpr int STAGES = 3;  // cp.async stages
+constexpr int STAGES = 2;  // cp.async stages: 2, 3 and 4 timed (the file's header)
 constexpr int BKH = 32;           // depth (halves) per pipeline stage: 4 groups of 8 channels
 constexpr int ROW_BYTES = 64;     // one tile row: 32 halves
 constexpr size_t kSmemLimit = igemm::kSmemLimit;
