@@ -31,6 +31,13 @@
 //   reads 8x the taps): steps 19-24 are the variants for such layers; this one is for deep ones.
 // - Range: as steps 19-25, a value beyond the FP16 range (|v| > 65504) becomes inf, and the outputs it reaches inf
 //   or NaN, never a quietly wrong number.
+// Measured (results/bench-nvidia-h200-2026-11-25-sweep-step27.json, `invoke bench --sweep`, H200, batch 10000):
+// the best float32 variant on 32 of the 80 rows; 1.7-1.9x step 25 on the deep rows: s00 89.3 ms (cuDNN FP32 459;
+// step 25 160), s03 12.3 (32.4; 22.8), s13 32.3 (108; 60.5), s35 26.8 (30.5; 43.5: ahead of cuDNN now, 0.70x
+// before). On small images less: s37 3.55 (2.26; 6.27), s17 2.76 (2.34; 5.03) are still behind cuDNN. Nsight
+// Compute on s37 at batch 2000 (conv26_kernel<24>, 3-stage form): issue slots 39% busy, 0.55 eligible warps per
+// scheduler, 3 blocks of 4 warps per SM (shared memory), the largest stall waiting on ldmatrix results: latency-
+// bound, not L2-bound (step 27, which cuts the L2 traffic several times, is no faster there).
 #include <cuda_runtime.h>
 
 #include <algorithm>

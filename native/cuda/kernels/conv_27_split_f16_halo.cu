@@ -27,6 +27,13 @@
 // - Refused: a slab that does not fit shared memory (wide images with many rows per tile); step 26 takes those.
 // - Range: as steps 19-26, a value beyond the FP16 range (|v| > 65504) becomes inf, and the outputs it reaches inf
 //   or NaN, never a quietly wrong number.
+// Measured (results/bench-nvidia-h200-2026-11-25-sweep-step27.json, `invoke bench --sweep`, H200, batch 10000):
+// the best float32 variant on 14 of the 80 rows, mostly narrow-M or few-channel layers where a block's MMAs are
+// few next to its loads: s33 (C=15 70x70 M=8 K=3) 5.38 ms (step 26 8.18; cuDNN FP32 15.6), s38 4.21 (6.32; 15.7),
+// s02 2.49 (2.74; 2.62: ahead of cuDNN). The expectation above did not hold where it was aimed: s37 3.64 (step 26
+// 3.55; cuDNN 2.26). The L2 traffic was not what held step 26 back (its file: latency-bound on ldmatrix and too
+// few warps), and on deep, wide-M layers the double-buffered slabs cost occupancy: s35 34.1 against step 26's
+// 26.8 (one block of 8 warps per SM; 161 KB of shared memory).
 #include <cuda_runtime.h>
 
 #include <algorithm>
