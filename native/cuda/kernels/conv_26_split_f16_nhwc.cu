@@ -37,7 +37,7 @@
 // before). On small images less: s37 3.55 (2.26; 6.27), s17 2.76 (2.34; 5.03) are still behind cuDNN. Nsight
 // Compute on s37 at batch 2000 (conv26_kernel<24>, 3-stage form): issue slots 39% busy, 0.55 eligible warps per
 // scheduler, 3 blocks of 4 warps per SM (shared memory), the largest stall waiting on ldmatrix results: latency-
-// bound, not L2-bound (step 27, which cuts the L2 traffic several times, is no faster there).
+// bound, not L2-bound (step 27, which loads each input row once per 16 channels, is no faster there).
 #include <cuda_runtime.h>
 
 #include <algorithm>
