@@ -68,6 +68,19 @@ def check_beyond_fp16_range(name: str, seed: int, channel: int = 2) -> None:
     assert ok, f"{name}: {msg}"
 
 
+def check_layers_in_turn(name: str, shapes, seed: int) -> None:
+    """The variant on several (B, C, H, W, M, K) layers one after another, each against the reference: for variants
+    that keep a workspace between calls and grow it only (a small layer after a large one finds larger buffers
+    left behind)."""
+    rng = np.random.default_rng(seed)
+    v = descriptor(name)
+    for B, C, H, W, M, K in shapes:
+        x = verify.random_nonzero(rng, (B, C, H, W))
+        k = verify.random_nonzero(rng, (M, C, K, K))
+        ok, msg = close(gpu().conv(name, x, k), verify.expected(x, k), *verify.tolerance(v["rtol"], C, K))
+        assert ok, f"{name} {(B, C, H, W, M, K)}: {msg}"
+
+
 def check_refused_for_shared_memory(name: str, shape) -> str:
     """The variant refuses (B, C, H, W, M, K) for shared memory: why_unsupported gives one line that starts with the
     variant's name and names the KB it needs, and conv raises before any GPU work. Returns the line."""

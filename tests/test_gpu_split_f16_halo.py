@@ -8,12 +8,16 @@ of 128, and a batch cut into chunks of planes. The FP16-range contract: an input
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from built_variants import needs
-from gpu_helpers import check_beyond_fp16_range, check_shape, close, descriptor, gpu, requires_gpu, requires_gpu_module
-
-from pyconv import verify
+from gpu_helpers import (
+    check_beyond_fp16_range,
+    check_layers_in_turn,
+    check_shape,
+    gpu,
+    requires_gpu,
+    requires_gpu_module,
+)
 
 NAME = "gpu-split-f16-halo"
 SEED = 2727
@@ -64,15 +68,9 @@ def test_beyond_fp16_range_is_never_a_wrong_number():
 @requires_gpu
 @pytest.mark.gpu
 def test_a_smaller_layer_after_a_larger_one_reuses_the_workspace_correctly():
-    """The planes live in a workspace kept between calls and grown only: a small layer after a large one (larger
-    planes left behind), then the large one again, each against the reference."""
-    rng = np.random.default_rng(SEED)
-    v = descriptor(NAME)
-    for B, C, H, W, M, K in [(6, 30, 40, 40, 46, 7), (3, 5, 9, 9, 4, 3), (6, 30, 40, 40, 46, 7)]:
-        x = verify.random_nonzero(rng, (B, C, H, W))
-        k = verify.random_nonzero(rng, (M, C, K, K))
-        ok, msg = close(gpu().conv(NAME, x, k), verify.expected(x, k), *verify.tolerance(v["rtol"], C, K))
-        assert ok, f"{NAME} {(B, C, H, W, M, K)}: {msg}"
+    """The planes live in a workspace kept between calls and grown only: a small layer after a large one, then the
+    large one again."""
+    check_layers_in_turn(NAME, [(6, 30, 40, 40, 46, 7), (3, 5, 9, 9, 4, 3), (6, 30, 40, 40, 46, 7)], SEED)
 
 
 @requires_gpu_module

@@ -89,14 +89,6 @@ __device__ __forceinline__ uint32_t swz(int row, int q) {
   return uint32_t(row * ROW_BYTES + ((q ^ ((row >> 1) & 3)) << 4));
 }
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& r0, uint32_t& r1) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
-}
-
 // --- the pre-passes ---------------------------------------------------------------------------------------------
 
 // k[m][c][kh][kw] -> wh/wl[m][Dp] in depth order (kh, kw, c), zero past C and past D: one thread per 8 halves.
@@ -112,15 +104,7 @@ __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w
     const int c = c0 + j;
     v[j] = (tap < K * K && c < C) ? k[((long long)m * C + c) * K * K + tap] : 0.0f;
   }
-  uint32_t hi[4], lo[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const uint2 s = split_f16x2(v[2 * j], v[2 * j + 1]);
-    hi[j] = s.x;
-    lo[j] = s.y;
-  }
-  wh[i] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-  wl[i] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+  planes::split8(v, wh[i], wl[i]);
 }
 
 // --- the GEMM ---------------------------------------------------------------------------------------------------
@@ -134,7 +118,7 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
   extern __shared__ float4 smem4[];
   int* s_tap = reinterpret_cast<int*>(reinterpret_cast<char*>(smem4) + STAGES * T::STAGE_BYTES);
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int mb = int(blockIdx.x % unsigned(p.m_blocks));
   const long long p0 = (long long)(blockIdx.x / unsigned(p.m_blocks)) * BM;  // first pixel of the chunk's rows
   const int n0 = mb * BN;
@@ -168,13 +152,13 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
 #pragma unroll
     for (int j = 0; j < AJ; ++j) {
       const uint32_t dst = st + swz(r0 + RPP * j, q);
-      cp_async16(dst, xh + (abase[j] + ofs), true);
-      cp_async16(dst + T::A_BYTES, xl + (abase[j] + ofs), true);
+      planes::cp_async16(dst, xh + (abase[j] + ofs), true);
+      planes::cp_async16(dst + T::A_BYTES, xl + (abase[j] + ofs), true);
     }
     if (b_row) {
       const uint32_t dst = st + 2 * T::A_BYTES + swz(r0, q);
-      cp_async16(dst, wh + (wrow + kb * BKH), b_valid);
-      cp_async16(dst + T::B_BYTES, wl + (wrow + kb * BKH), b_valid);
+      planes::cp_async16(dst, wh + (wrow + kb * BKH), b_valid);
+      planes::cp_async16(dst + T::B_BYTES, wl + (wrow + kb * BKH), b_valid);
     }
   };
 
@@ -217,48 +201,15 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
         igemm::ldsm_x4(at, ah[mt][0], ah[mt][1], ah[mt][2], ah[mt][3]);
         igemm::ldsm_x4(at + T::A_BYTES, al[mt][0], al[mt][1], al[mt][2], al[mt][3]);
       }
-#pragma unroll
-      for (int nt = 0; nt < NT; nt += 2) {
-        uint32_t bh[4], bl[4];
-        if (nt + 1 < NT) {
-          const uint32_t bt = b_s + swz(b_row0 + 8 * nt, 2 * kk + b_q);
-          igemm::ldsm_x4(bt, bh[0], bh[1], bh[2], bh[3]);
-          igemm::ldsm_x4(bt + T::B_BYTES, bl[0], bl[1], bl[2], bl[3]);
-        } else {  // an odd last n-tile: lanes 0-15 give the addresses
-          const uint32_t bt = b_s + swz(wn + (lane & 7) + 8 * nt, 2 * kk + b_q);
-          ldsm_x2(bt, bh[0], bh[1]);
-          ldsm_x2(bt + T::B_BYTES, bl[0], bl[1]);
-          bh[2] = bh[3] = bl[2] = bl[3] = 0u;
-        }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (nt + h >= NT) break;
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            mma_f16(acc[mt][nt + h], ah[mt][0], ah[mt][1], ah[mt][2], ah[mt][3], bh[2 * h], bh[2 * h + 1]);
-            mma_f16(cor[mt][nt + h], ah[mt][0], ah[mt][1], ah[mt][2], ah[mt][3], bl[2 * h], bl[2 * h + 1]);
-            mma_f16(cor[mt][nt + h], al[mt][0], al[mt][1], al[mt][2], al[mt][3], bh[2 * h], bh[2 * h + 1]);
-          }
-        }
-      }
+      planes::mma_split_kstep(acc, cor, ah, al,
+                              [&](int nt, bool x4) {
+                                return b_s + swz((x4 ? b_row0 : wn + (lane & 7)) + 8 * nt, 2 * kk + b_q);
+                              },
+                              uint32_t(T::B_BYTES));
     }
   }
 
-  // Stage the tile as [filter][pixel] (step 25's epilogue) and write it out.
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
-  __syncthreads();  // every warp is done with the stages the staging tile aliases
-  float* cs = reinterpret_cast<float*>(smem4);
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      float d[4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) d[r] = fmaf(cor[mt][nt][r], kSplitUnscale, acc[mt][nt][r]);
-      igemm::stage_fragment(cs, wm + mt * 16 + g, wn + nt * 8 + 2 * t, d[0], d[1], d[2], d[3]);
-    }
-  __syncthreads();
-  igemm::store_tile<BN, T::THREADS>(cs, y, p.out, p0, n0);
+  planes::finish_tile<BN, T::THREADS>(reinterpret_cast<float*>(smem4), acc, cor, wm, wn, y, p.out, p0, n0);
 }
 
 using Kernel = void (*)(const __half*, const __half*, const __half*, const __half*, float*, const Params);

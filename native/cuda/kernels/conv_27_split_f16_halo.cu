@@ -88,14 +88,6 @@ __device__ __forceinline__ uint32_t slab_at(int s, int q) {
   return uint32_t(s * PIX_BYTES + ((q ^ ((s >> 2) & 1)) << 4));
 }
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& r0, uint32_t& r1) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
-}
-
 // k[m][c][kh][kw] -> wh/wl[m][Cp/16][kh][kw][16], zero past C: one thread per 8 halves.
 __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ wh, uint4* __restrict__ wl, int M,
                               int C, int K, int Cp) {
@@ -108,15 +100,7 @@ __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w
   float v[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) v[j] = c0 + j < C ? k[((long long)m * C + c0 + j) * K * K + tap] : 0.0f;
-  uint32_t hi[4], lo[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const uint2 s = split_f16x2(v[2 * j], v[2 * j + 1]);
-    hi[j] = s.x;
-    lo[j] = s.y;
-  }
-  wh[i] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-  wl[i] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+  planes::split8(v, wh[i], wl[i]);
 }
 
 template <int BN>
@@ -129,7 +113,7 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
   const uint32_t smem_base = igemm::smem_u32(smem4);
   const uint32_t w_base = smem_base + uint32_t(p.slab_bufs * 2 * p.slab_bytes);
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int mb = int(blockIdx.x % unsigned(p.m_blocks));
   const long long p0 = (long long)(blockIdx.x / unsigned(p.m_blocks)) * BM;  // first pixel (chunk-relative)
   const int n0 = mb * BN;
@@ -159,8 +143,8 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
     for (int i = tid; i < 2 * slab_pixels; i += T::THREADS) {
       const int s = i >> 1, q = i & 1;
       const long long src = (slab_src0 + s) * p.Cp + cu * CU + 8 * q;
-      cp_async16(dst + slab_at(s, q), xh + src, true);
-      cp_async16(dst + p.slab_bytes + slab_at(s, q), xl + src, true);
+      planes::cp_async16(dst + slab_at(s, q), xh + src, true);
+      planes::cp_async16(dst + p.slab_bytes + slab_at(s, q), xl + src, true);
     }
   };
   const int KK = p.K * p.K, pieces = 2 * p.K;  // pieces of 8 channels in one filter's weights row
@@ -171,8 +155,8 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
       const int n = i / pieces, j = i - n * pieces;
       const bool valid = n0 + n < p.out.M;
       const long long src = valid ? ((((long long)(n0 + n) * p.cunits + cu) * KK + kh * p.K) * CU + 8 * j) : 0;
-      cp_async16(dst + uint32_t(n * p.wpitch + 16 * j), wh + src, valid);
-      cp_async16(dst + p.w_bytes + uint32_t(n * p.wpitch + 16 * j), wl + src, valid);
+      planes::cp_async16(dst + uint32_t(n * p.wpitch + 16 * j), wh + src, valid);
+      planes::cp_async16(dst + p.w_bytes + uint32_t(n * p.wpitch + 16 * j), wl + src, valid);
     }
   };
 
@@ -209,7 +193,7 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
     asm volatile("cp.async.commit_group;");
 
     const uint32_t s_h = smem_base + uint32_t((cu % p.slab_bufs) * 2 * p.slab_bytes), s_l = s_h + p.slab_bytes;
-    const uint32_t w_h = w_base + uint32_t((u & 1) * 2 * p.w_bytes), w_l = w_h + p.w_bytes;
+    const uint32_t w_h = w_base + uint32_t((u & 1) * 2 * p.w_bytes);
 #pragma unroll 1
     for (int kw = 0; kw < p.K; ++kw) {
       const int shift = kh * p.W + kw;
@@ -220,48 +204,15 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
         igemm::ldsm_x4(s_h + at, ah[mt][0], ah[mt][1], ah[mt][2], ah[mt][3]);
         igemm::ldsm_x4(s_l + at, al[mt][0], al[mt][1], al[mt][2], al[mt][3]);
       }
-#pragma unroll
-      for (int nt = 0; nt < NT; nt += 2) {
-        uint32_t bh[4], bl[4];
-        if (nt + 1 < NT) {
-          const uint32_t bt = b_lane + uint32_t(8 * nt * p.wpitch + 32 * kw);
-          igemm::ldsm_x4(w_h + bt, bh[0], bh[1], bh[2], bh[3]);
-          igemm::ldsm_x4(w_l + bt, bl[0], bl[1], bl[2], bl[3]);
-        } else {
-          const uint32_t bt = b_lane2 + uint32_t(8 * nt * p.wpitch + 32 * kw);
-          ldsm_x2(w_h + bt, bh[0], bh[1]);
-          ldsm_x2(w_l + bt, bl[0], bl[1]);
-          bh[2] = bh[3] = bl[2] = bl[3] = 0u;
-        }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (nt + h >= NT) break;
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            mma_f16(acc[mt][nt + h], ah[mt][0], ah[mt][1], ah[mt][2], ah[mt][3], bh[2 * h], bh[2 * h + 1]);
-            mma_f16(cor[mt][nt + h], ah[mt][0], ah[mt][1], ah[mt][2], ah[mt][3], bl[2 * h], bl[2 * h + 1]);
-            mma_f16(cor[mt][nt + h], al[mt][0], al[mt][1], al[mt][2], al[mt][3], bh[2 * h], bh[2 * h + 1]);
-          }
-        }
-      }
+      planes::mma_split_kstep(acc, cor, ah, al,
+                              [&](int nt, bool x4) {
+                                return w_h + (x4 ? b_lane : b_lane2) + uint32_t(8 * nt * p.wpitch + 32 * kw);
+                              },
+                              uint32_t(p.w_bytes));
     }
   }
 
-  // Stage the tile as [filter][pixel] (step 25's epilogue) and write it out.
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
-  __syncthreads();  // every warp is done with the buffers the staging tile aliases
-  float* cs = reinterpret_cast<float*>(smem4);
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      float d[4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) d[r] = fmaf(cor[mt][nt][r], kSplitUnscale, acc[mt][nt][r]);
-      igemm::stage_fragment(cs, wm + mt * 16 + g, wn + nt * 8 + 2 * t, d[0], d[1], d[2], d[3]);
-    }
-  __syncthreads();
-  igemm::store_tile<BN, T::THREADS>(cs, y, p.out, p0, n0);
+  planes::finish_tile<BN, T::THREADS>(reinterpret_cast<float*>(smem4), acc, cor, wm, wn, y, p.out, p0, n0);
 }
 
 using Kernel = void (*)(const __half*, const __half*, const __half*, const __half*, float*, const Params);

@@ -1,6 +1,7 @@
 // What steps 26 and 27 share: the batch's images split once into FP16 hi/lo planes laid out channels-last,
 // xh[b][h][w][Cp] and xl[b][h][w][Cp] (v ~ hi + 2^-11 lo, cuda/runtime/mma_f16.cuh; channels C..Cp-1 zero), written
-// a chunk of the batch at a time into a workspace kept per device and stream.
+// a chunk of the batch at a time into a workspace kept per device and stream; and the MMA k-step and the output
+// tile of an implicit GEMM over such planes (step 25's warp tiles: 32 pixels x WN filters per warp).
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -14,6 +15,7 @@
 
 #include "common/conv_shape.hpp"
 #include "cuda/runtime/cuda_check.cuh"
+#include "cuda/kernels/igemm_tiles.cuh"
 #include "cuda/runtime/device_buffer.cuh"
 #include "cuda/runtime/mma_f16.cuh"
 
@@ -29,6 +31,84 @@ constexpr int64_t kChunkBytes = int64_t(256) << 20;
 // Images per chunk: as many as kChunkBytes of planes hold, at least one.
 inline int64_t chunk_images(const ConvShape& s, int64_t Cp) {
   return std::min<int64_t>(s.B, std::max<int64_t>(1, kChunkBytes / (s.H * s.W * Cp * 4)));
+}
+
+// Eight floats split into their hi and lo halves, 16 bytes each (the lower index in the low half of each word).
+__device__ __forceinline__ void split8(const float (&v)[8], uint4& hi, uint4& lo) {
+  uint32_t h[4], l[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint2 s = split_f16x2(v[2 * j], v[2 * j + 1]);
+    h[j] = s.x;
+    l[j] = s.y;
+  }
+  hi = make_uint4(h[0], h[1], h[2], h[3]);
+  lo = make_uint4(l[0], l[1], l[2], l[3]);
+}
+
+// 16-byte asynchronous copy past L1; valid == false writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& r0, uint32_t& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+
+// One 16-deep k-step of a warp's MT x NT tiles from operands already split: the A fragments (hi, lo) of its
+// m-tiles, the B fragments loaded here two n-tiles per ldmatrix.x4 (an odd last one by .x2) from b_hi(nt, x4),
+// the shared-memory address lane l gives for n-tiles nt and nt + 1 (x4) or nt alone (x2), its lo plane lo_offset
+// bytes further. Three MMAs per product: acc += hi*hi, cor += hi*lo + lo*hi.
+template <int MT, int NT, class BAddr>
+__device__ __forceinline__ void mma_split_kstep(float (&acc)[MT][NT][4], float (&cor)[MT][NT][4],
+                                                const uint32_t (&ah)[MT][4], const uint32_t (&al)[MT][4],
+                                                BAddr b_hi, uint32_t lo_offset) {
+#pragma unroll
+  for (int nt = 0; nt < NT; nt += 2) {
+    uint32_t bh[4], bl[4];
+    if (nt + 1 < NT) {
+      const uint32_t bt = b_hi(nt, true);
+      igemm::ldsm_x4(bt, bh[0], bh[1], bh[2], bh[3]);
+      igemm::ldsm_x4(bt + lo_offset, bl[0], bl[1], bl[2], bl[3]);
+    } else {
+      const uint32_t bt = b_hi(nt, false);
+      ldsm_x2(bt, bh[0], bh[1]);
+      ldsm_x2(bt + lo_offset, bl[0], bl[1]);
+      bh[2] = bh[3] = bl[2] = bl[3] = 0u;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (nt + h >= NT) break;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma_f16(acc[mt][nt + h], ah[mt][0], ah[mt][1], ah[mt][2], ah[mt][3], bh[2 * h], bh[2 * h + 1]);
+        mma_f16(cor[mt][nt + h], ah[mt][0], ah[mt][1], ah[mt][2], ah[mt][3], bl[2 * h], bl[2 * h + 1]);
+        mma_f16(cor[mt][nt + h], al[mt][0], al[mt][1], al[mt][2], al[mt][3], bh[2 * h], bh[2 * h + 1]);
+      }
+    }
+  }
+}
+
+// The end of a block: every copy landed and every warp done with the pipeline's shared memory, the tile staged
+// there as [filter][pixel] (acc + 2^-11 cor) and written to y (step 25's epilogue, igemm_tiles.cuh).
+template <int BN, int THREADS, int MT, int NT>
+__device__ __forceinline__ void finish_tile(float* cs, const float (&acc)[MT][NT][4], const float (&cor)[MT][NT][4],
+                                            int wm, int wn, float* __restrict__ y, const igemm::Params& out,
+                                            long long p0, int n0) {
+  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  __syncthreads();  // every warp is done with the buffers the staging tile aliases
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float d[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) d[r] = fmaf(cor[mt][nt][r], kSplitUnscale, acc[mt][nt][r]);
+      igemm::stage_fragment(cs, wm + mt * 16 + g, wn + nt * 8 + 2 * t, d[0], d[1], d[2], d[3]);
+    }
+  __syncthreads();
+  igemm::store_tile<BN, THREADS>(cs, y, out, p0, n0);
 }
 
 // One thread per pixel and 8-channel group, groups fastest: thread i writes 16-byte piece i of each plane, so a
@@ -50,15 +130,7 @@ static __global__ void split_images(const float* __restrict__ x, uint4* __restri
   float v[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) v[j] = 8 * gi + j < C ? __ldcs(src + (long long)j * HW) : 0.0f;
-  uint32_t hi[4], lo[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const uint2 s = split_f16x2(v[2 * j], v[2 * j + 1]);
-    hi[j] = s.x;
-    lo[j] = s.y;
-  }
-  xh[i] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-  xl[i] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+  split8(v, xh[i], xl[i]);
 }
 
 // Queues the split of images b0 .. b0 + nb - 1 of x into planes xh / xl (nb images each, channel pitch Cp).
