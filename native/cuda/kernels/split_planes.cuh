@@ -25,7 +25,7 @@ namespace pyconv::planes {
 // workspace stays bounded whatever the batch. Timed with step 26 against chunks of 8, 24 and 64 MB (H200, batch
 // 10000, a probe launching the variant on device buffers): fastest on 9 of 11 small-image rows of the sweep (s37
 // 4.21 ms against 4.95 at 8 MB). Each chunk's launches drain the GPU once, and that costs more than the planes'
-// round trip through DRAM that chunks small enough for the 50 MB L2 would save.
+// round trip through DRAM that chunks small enough for L2 (60 MB on the H200) would save.
 constexpr int64_t kChunkBytes = int64_t(256) << 20;
 
 // Images per chunk: as many as kChunkBytes of planes hold, at least one.
