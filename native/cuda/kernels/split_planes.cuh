@@ -22,10 +22,11 @@
 namespace pyconv::planes {
 
 // The planes of up to this many bytes of images (hi + lo) are written, then multiplied, chunk after chunk, so the
-// workspace stays bounded whatever the batch. Timed with step 26 against chunks of 8, 24 and 64 MB (H200, batch
-// 10000, a probe launching the variant on device buffers): fastest on 9 of 11 small-image rows of the sweep (s37
-// 4.21 ms against 4.95 at 8 MB). Each chunk's launches drain the GPU once, and that costs more than the planes'
-// round trip through DRAM that chunks small enough for L2 (60 MB on the H200) would save.
+// workspace stays bounded whatever the batch. Timed with step 26 against chunks of 8 and 64 MB (H200, batch 10000,
+// a probe launching the variant on device buffers, 11 of the sweep's rows; 256 MB on another machine of the same
+// kind): fastest on all 11 (s37 4.21 ms, 4.50 at 64 MB, 4.95 at 8 MB). Each chunk's launches drain the GPU once,
+// and that costs more than the planes' round trip through DRAM that chunks small enough for L2 (60 MB on the
+// H200) would save.
 constexpr int64_t kChunkBytes = int64_t(256) << 20;
 
 // Images per chunk: as many as kChunkBytes of planes hold, at least one.
@@ -114,10 +115,9 @@ __device__ __forceinline__ void finish_tile(float* cs, const float (&acc)[MT][NT
 // One thread per pixel and 8-channel group, groups fastest: thread i writes 16-byte piece i of each plane, so a
 // warp's stores are one contiguous run, and its reads of one channel row cover whole 32-byte sectors (8 pixels x
 // 4 bytes when Cp = 32). Static: each file that includes this has its own copy, so the program links (one extern
-// definition per including file would clash). Measured forms (Nsight Compute, H200, the sweep's s37 at batch 2000,
-// 195 MB read and 215 MB written): pixels fastest, 261 us (each warp store spread over 32 pieces 64 bytes apart);
-// before it, 32 channels x 64 pixels of a row staged in shared memory per block, slower still on small images,
-// where most of each block sat idle.
+// definition per including file would clash). Measured (Nsight Compute, H200, the sweep's s37 at batch 2000, 195
+// MB read and 215 MB written): 111 us; with the pixels fastest, 261 us (each warp's stores spread over 32 pieces
+// 64 bytes apart).
 static __global__ void split_images(const float* __restrict__ x, uint4* __restrict__ xh, uint4* __restrict__ xl,
                                     int C, int HW, int groups, long long total) {
   const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
