@@ -204,9 +204,7 @@ const Config& pick(int64_t M) {
       {8, conv18_igemm_kernel<8>}, {16, conv18_igemm_kernel<16>},
       {32, conv18_igemm_kernel<32>}, {64, conv18_igemm_kernel<64>},
   };
-  for (const Config& c : configs)
-    if (M <= c.bn) return c;
-  return configs[3];
+  return igemm::narrowest_holding(configs, M);
 }
 
 constexpr const char* kName = "gpu-tensor-core-igemm";

@@ -240,9 +240,7 @@ const Config& pick(int64_t M) {
       {24, Tiles<24>::THREADS, conv25_kernel<24>}, {32, Tiles<32>::THREADS, conv25_kernel<32>},
       {48, Tiles<48>::THREADS, conv25_kernel<48>}, {64, Tiles<64>::THREADS, conv25_kernel<64>},
   };
-  for (const Config& c : configs)
-    if (M <= c.bn) return c;
-  return configs[5];
+  return igemm::narrowest_holding(configs, M);
 }
 
 constexpr const char* kName = "gpu-split-f16-igemm";

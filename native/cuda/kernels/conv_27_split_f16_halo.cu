@@ -230,9 +230,7 @@ constexpr Config config() {
 // The narrowest filter tile that holds M (wider M runs as several blocks of 64 filters).
 const Config& pick(int64_t M) {
   static const Config configs[] = {config<8>(), config<16>(), config<24>(), config<32>(), config<48>(), config<64>()};
-  for (const Config& c : configs)
-    if (M <= c.bn) return c;
-  return configs[5];
+  return igemm::narrowest_holding(configs, M);
 }
 
 constexpr const char* kName = "gpu-split-f16-halo";
@@ -283,29 +281,18 @@ void conv_fwd_gpu_split_f16_halo(const float* x, const float* k, float* y, const
   if (!why.empty()) throw std::invalid_argument(why);
   if (s.B == 0 || s.M == 0) return;
 
-  const int64_t chunk = planes::chunk_images(s, p.Cp);
-  const size_t plane = size_t(chunk) * s.H * s.W * p.Cp, wplane = size_t(s.M) * p.Cp * s.K * s.K;
-  planes::Workspace& ws = planes::workspace(st);
-  ws.weights.resize(2 * wplane);
-  ws.images.resize(2 * plane);
-  __half *wh = ws.weights.get(), *wl = wh + wplane, *xh = ws.images.get(), *xl = xh + plane;
-  {
-    const long long n = (long long)wplane / 8;
-    split_weights<<<unsigned((n + 255) / 256), 256, 0, st>>>(k, reinterpret_cast<uint4*>(wh),
-                                                            reinterpret_cast<uint4*>(wl), int(s.M), int(s.C),
-                                                            int(s.K), p.Cp);
-    CUDA_CHECK_LAUNCH();
-  }
   const size_t smem = smem_bytes(p, c.bn);
   CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  for (int64_t b0 = 0; b0 < s.B; b0 += chunk) {
-    const int64_t nb = std::min(chunk, s.B - b0);
-    planes::split_chunk(x, xh, xl, s, b0, nb, p.Cp, st);
-    p.out.pixels = nb * p.P;
-    const long long blocks = (p.out.pixels + BM - 1) / BM * p.m_blocks;
-    c.kernel<<<unsigned(blocks), c.threads, smem, st>>>(xh, xl, wh, wl, y + b0 * s.M * p.P, p);
-    CUDA_CHECK_LAUNCH();
-  }
+  planes::run_in_chunks(
+      x, s, p.Cp, size_t(s.M) * p.Cp * s.K * s.K, st,
+      [&](uint4* wh, uint4* wl, unsigned blocks) {
+        split_weights<<<blocks, 256, 0, st>>>(k, wh, wl, int(s.M), int(s.C), int(s.K), p.Cp);
+      },
+      [&](const __half* xh, const __half* xl, const __half* wh, const __half* wl, int64_t b0, int64_t nb) {
+        p.out.pixels = nb * p.P;
+        const long long blocks = (p.out.pixels + BM - 1) / BM * p.m_blocks;
+        c.kernel<<<unsigned(blocks), c.threads, smem, st>>>(xh, xl, wh, wl, y + b0 * s.M * p.P, p);
+      });
 }
 
 PYCONV_REGISTER_GPU_CONV(GpuConvVariant{

@@ -67,6 +67,15 @@ inline std::string plan(const ConvShape& s, Params& p, const char* name, int bn,
 
 using Kernel = void (*)(const float*, const float*, float*, const Params);
 
+// A step's configuration for M filters: the narrowest of its filter tiles (configs ordered by their .bn) that holds
+// M; wider M runs as several blocks of the widest. Steps 18 and 25-27 choose their tiles so.
+template <class Config, size_t N>
+const Config& narrowest_holding(const Config (&configs)[N], int64_t M) {
+  for (const Config& c : configs)
+    if (M <= c.bn) return c;
+  return configs[N - 1];
+}
+
 // Plans (throwing std::invalid_argument on a refused shape) and launches one block per (128-pixel tile, filter
 // block), filter blocks fastest: blocks resident together cover neighbouring rows of the same images, whose K*K
 // shifted reads then hit L2.

@@ -158,4 +158,27 @@ inline Workspace& workspace(cudaStream_t st) {
   return by_stream[{dev, st}];
 }
 
+// Queues one layer over split planes on stream st: the stream's workspace grown to two weight planes of wplane
+// halves and two planes of a chunk of images, split_weights(wh, wl, blocks) queued once (one 256-thread block per
+// 2048 halves of a plane), then for each chunk of images b0 .. b0 + nb - 1 their planes' split and
+// gemm(xh, xl, wh, wl, b0, nb). Every launch is checked.
+template <class SplitWeights, class Gemm>
+void run_in_chunks(const float* x, const ConvShape& s, int Cp, size_t wplane, cudaStream_t st,
+                   SplitWeights split_weights, Gemm gemm) {
+  const int64_t chunk = chunk_images(s, Cp);
+  const size_t plane = size_t(chunk) * s.H * s.W * Cp;
+  Workspace& ws = workspace(st);
+  ws.weights.resize(2 * wplane);
+  ws.images.resize(2 * plane);
+  __half *wh = ws.weights.get(), *wl = wh + wplane, *xh = ws.images.get(), *xl = xh + plane;
+  split_weights(reinterpret_cast<uint4*>(wh), reinterpret_cast<uint4*>(wl), unsigned((wplane / 8 + 255) / 256));
+  CUDA_CHECK_LAUNCH();
+  for (int64_t b0 = 0; b0 < s.B; b0 += chunk) {
+    const int64_t nb = std::min(chunk, s.B - b0);
+    split_chunk(x, xh, xl, s, b0, nb, Cp, st);
+    gemm(xh, xl, wh, wl, b0, nb);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
 }  // namespace pyconv::planes

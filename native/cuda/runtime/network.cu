@@ -245,8 +245,10 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
     if (!scratched || si + 1 >= plan.image_steps) return at(buf, per_row);
     return buf == L.a.get() ? span.scratch[0] : span.scratch[1];
   };
-  // Where step si's input lies: step si - 1's output.
-  const auto in_at = [&](float* buf, int64_t per_row, size_t si) { return out_at(buf, per_row, si - 1); };
+  // Where step si's input lies: step si - 1's output (the first step's: the part's own rows).
+  const auto in_at = [&](float* buf, int64_t per_row, size_t si) {
+    return si ? out_at(buf, per_row, si - 1) : at(buf, per_row);
+  };
   for (size_t si = 0; si < end; ++si) {
     const Step& step = plan.steps[si];
     const Layer& ly = *step.layer;
@@ -266,9 +268,7 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
         const ConvShape s = make_conv_shape(rows, ly.in_c, ly.in_h, ly.in_w, ly.out_c, ly.in_c, ly.kernel, ly.kernel);
         const std::string why = why_unsupported(*step.variant, s);
         if (!why.empty()) throw std::invalid_argument(why);
-        const float* x = step.variant->x_on_host ? host_x
-                         : si                    ? in_at(cur, ly.in_elems(), si)
-                                                 : at(cur, ly.in_elems());
+        const float* x = step.variant->x_on_host ? host_x : in_at(cur, ly.in_elems(), si);
         const int ci = ly.conv_index;
         float* y = out_at(other, step.out_elems, si);
         // half output only into an FC layer: the last image step, never in a scratch
