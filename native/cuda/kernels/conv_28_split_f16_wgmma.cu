@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -52,42 +53,50 @@ namespace {
 
 constexpr int TILE = 128;     // flat positions per tile: one m64 wgmma row block per warpgroup
 constexpr int THREADS = 256;  // two warpgroups
-constexpr int CU = 16;        // channel padding: one k16 step is 16 channels of one tap
 constexpr size_t kSmemLimit = igemm::kSmemLimit;
 
 struct Params {
   int H, W, K, Cp, Ho, Wo, P, M;
-  int groups;          // Cp / 8: 8-channel groups of a pixel
+  int ch;               // channels per band: 16 (C <= 16) or 32
+  int bands;            // Cp / ch
   int tiles_per_image;  // ceil(Ho * W / TILE)
-  int slab_rows;       // TILE + (K - 1) * W + K - 1
-  int group_bytes;     // one 8-channel group of a slab: slab_rows * 16
-  int slab_bytes;      // one slab buffer: hi and lo planes, 2 * groups * group_bytes
-  int w_bytes;         // the block's weights: K * K * groups * 2 BN * 16
-  int m_blocks;        // ceil(M / BN)
-  long long tiles;     // tiles of this launch's images: images * tiles_per_image
+  int slab_rows;        // TILE + (K - 1) * W + K - 1
+  int band_bytes;       // one band of a slab: slab_rows rows of 4 ch bytes (hi, lo), rounded up to 1024
+  int slab_bytes;       // one slab buffer: bands * band_bytes
+  int w_bytes;          // the block's weights: K * K * bands tiles of 2 BN rows of 2 ch bytes
+  int m_blocks;         // ceil(M / BN)
+  int bo;               // base-offset mode of the descriptors
+  long long tiles;      // tiles of this launch's images: images * tiles_per_image
 };
 
-size_t smem_bytes(const Params& p) { return size_t(p.w_bytes) + 2 * size_t(p.slab_bytes); }
+// Shared memory: the weights, then two slab buffers, from a 1024-byte aligned base (the swizzle's origin).
+size_t smem_bytes(const Params& p) { return 1024 + size_t(p.w_bytes) + 2 * size_t(p.slab_bytes); }
 
-// k[m][c][kh][kw] -> w[mb][tap][group][2 BN rows: hi of filters mb*BN.., then their lo][8 halves], zero past C and
-// M: the image of one block's weights in shared memory, one thread per 16-byte piece.
-__global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w, int M, int C, int K, int groups,
-                              int BN, long long pieces) {
+// k[m][c][kh][kw] -> w[mb][tap][band][2 BN rows: hi of filters mb*BN.., then their lo][ch halves], zero past C
+// and M, each (tap, band) tile swizzled as wgmma reads it (wgmma_f16.cuh): the image of one block's weights in
+// shared memory. One thread per 16-byte piece.
+__global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w, int M, int C, int K, int ch,
+                              int bands, int BN, long long pieces) {
   const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
   if (i >= pieces) return;
-  const int row = int(i % (2 * BN));
-  const long long rest = i / (2 * BN);
-  const int g = int(rest % groups), tap = int(rest / groups % (K * K));
-  const int m = int(rest / groups / (K * K)) * BN + row % BN;
+  const int per_row = ch / 8, q = int(i % per_row);
+  const long long row_i = i / per_row;  // over mb, tap, band, row
+  const int row = int(row_i % (2 * BN));
+  const long long tile = row_i / (2 * BN);
+  const int band = int(tile % bands), tap = int(tile / bands % (K * K));
+  const long long mb = tile / bands / (K * K);
+  const int m = int(mb) * BN + row % BN;
   float v[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const int c = 8 * g + j;
+    const int c = band * ch + 8 * q + j;
     v[j] = (m < M && c < C) ? k[((long long)m * C + c) * K * K + tap] : 0.0f;
   }
   uint4 hi, lo;
   planes::split8(v, hi, lo);
-  w[i] = row < BN ? hi : lo;
+  const long long image = (long long)K * K * bands * 2 * BN * 2 * ch;  // bytes of one mb's image
+  const uint32_t in_image = uint32_t((tile - mb * K * K * bands) * 2 * BN * 2 * ch + row * 2 * ch + 16 * q);
+  w[(mb * image + wgmma::swizzle(in_image, 2 * ch)) / 16] = row < BN ? hi : lo;
 }
 
 // 1 where the code that runs was compiled for sm_90a (the only target with wgmma), else 0.
@@ -105,43 +114,38 @@ __global__ void __launch_bounds__(THREADS, 1)
                   float* __restrict__ y, const Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ float4 smem4[];
-  const uint32_t w_s = igemm::smem_u32(smem4), slab0 = w_s + uint32_t(p.w_bytes);
+  const uint32_t w_s = (igemm::smem_u32(smem4) + 1023u) & ~1023u, slab0 = w_s + uint32_t(p.w_bytes);
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int mb = int(blockIdx.x % unsigned(p.m_blocks)), n0 = mb * BN;
   const long long step = gridDim.x / unsigned(p.m_blocks);
   long long t = blockIdx.x / unsigned(p.m_blocks);
-  const int HW = p.H * p.W;
+  const int HW = p.H * p.W, ra = 4 * p.ch, rb = 2 * p.ch;  // row bytes of the slab (A) and the weights (B)
 
-  {  // the block's weights: one contiguous image
+  {  // the block's weights: one contiguous image, already swizzled
     const uint4* src = w + (long long)mb * (p.w_bytes / 16);
     for (int i = tid; i < p.w_bytes / 16; i += THREADS) planes::cp_async16(w_s + 16 * i, src + i, true);
   }
-  // Tile t's slab into buffer buf: rows past the image are zero (they reach only positions that are not stored).
+  // Tile t's slab into buffer buf: row r of band b is pixel j0 + r's channels b*ch .. b*ch + ch - 1, hi then lo,
+  // swizzled; rows past the image are zero (they reach only positions that are not stored).
+  const int per_row = ra / 16, half_row = per_row / 2;
   auto load_slab = [&](long long tile, int buf) {
     const long long b = tile / p.tiles_per_image;
     const int j0 = int(tile - b * p.tiles_per_image) * TILE;
     const long long src0 = (b * HW + j0) * p.Cp;
     const uint32_t dst = slab0 + uint32_t(buf * p.slab_bytes);
-    const int pieces = p.slab_rows * p.groups;
+    const int pieces = p.slab_rows * p.bands * per_row;
     for (int i = tid; i < pieces; i += THREADS) {
-      const int r = i / p.groups, g = i - r * p.groups;  // groups fastest: a warp reads whole pixels
-      const bool valid = j0 + r < HW;
-      const long long src = valid ? src0 + (long long)r * p.Cp + 8 * g : 0;
-      const uint32_t at = dst + uint32_t(g * p.group_bytes + 16 * r);
-      planes::cp_async16(at, xh + src, valid);
-      planes::cp_async16(at + uint32_t(p.groups * p.group_bytes), xl + src, valid);
+      const int q = i % per_row, rb_i = i / per_row, band = rb_i % p.bands, r = rb_i / p.bands;
+      const bool valid = j0 + r < HW, lo = q >= half_row;
+      const long long src = valid ? src0 + (long long)r * p.Cp + band * p.ch + 8 * (q - (lo ? half_row : 0)) : 0;
+      planes::cp_async16(dst + uint32_t(band * p.band_bytes) + wgmma::swizzle(uint32_t(r * ra + 16 * q), ra),
+                         (lo ? xl : xh) + src, valid);
     }
   };
   if (t < p.tiles) load_slab(t, 0);
   asm volatile("cp.async.commit_group;");
 
-  // Descriptors at tap (0, 0), k16 step 0: A = this warpgroup's 64 rows of a slab's hi plane (its lo plane is
-  // groups * group_bytes further), B = the weights' 2 BN rows (the first BN alone for lo*hi).
-  const uint64_t a0 = wgmma::desc(slab0 + uint32_t(wg * 64 * 16), uint32_t(p.group_bytes), 128);
-  const uint64_t b0 = wgmma::desc(w_s, 2 * BN * 16, 128);
-  const uint32_t lo_plane = uint32_t(p.groups * p.group_bytes);
-  const int KK = p.K * p.K, ksteps = p.groups / 2;
-
+  const int KK = p.K * p.K, ksteps = p.ch / 16;
   float hh[BN], lh[BN / 2];  // [hi*hi | hi*lo] and lo*hi; each tile's first wgmma overwrites them
   for (int it = 0; t < p.tiles; ++it, t += step) {
     __syncthreads();  // every warpgroup is done with the buffer the next load overwrites (tile it - 1's)
@@ -152,19 +156,22 @@ __global__ void __launch_bounds__(THREADS, 1)
     __syncthreads();
 
     wgmma::fence();
-    const uint64_t a_t = wgmma::advance(a0, uint32_t((it & 1) * p.slab_bytes));
+    // A: this warpgroup's 64 rows from row `shift` of a band (hi at the row's start, lo half a row further);
+    // B: the (tap, band) tile's 2 BN rows (the first BN alone for lo*hi).
+    const uint32_t a_t = slab0 + uint32_t((it & 1) * p.slab_bytes + wg * 64 * ra);
 #pragma unroll 1
     for (int tap = 0; tap < KK; ++tap) {
       const int kh = tap / p.K, shift = kh * p.W + (tap - kh * p.K);
-      const uint64_t a_tap = wgmma::advance(a_t, uint32_t(16 * shift));
-      const uint64_t b_tap = wgmma::advance(b0, uint32_t(tap * p.groups * 2 * BN * 16));
 #pragma unroll 1
-      for (int ks = 0; ks < ksteps; ++ks) {
-        const uint64_t a = wgmma::advance(a_tap, uint32_t(2 * ks * p.group_bytes));
-        const uint64_t b = wgmma::advance(b_tap, uint32_t(2 * ks * 2 * BN * 16));
-        const int accumulate = tap | ks;
-        wgmma::mma_f16<2 * BN>(hh, a, b, accumulate);
-        wgmma::mma_f16<BN>(lh, wgmma::advance(a, lo_plane), b, accumulate);
+      for (int band = 0; band < p.bands; ++band) {
+        const uint32_t a_b = a_t + uint32_t(band * p.band_bytes + shift * ra);
+        const uint32_t b_b = w_s + uint32_t((tap * p.bands + band) * 2 * BN * rb);
+        for (int ks = 0; ks < ksteps; ++ks) {
+          const int accumulate = tap | band | ks;
+          const uint64_t b = wgmma::desc(b_b + 32 * ks, rb, p.bo);
+          wgmma::mma_f16<2 * BN>(hh, wgmma::desc(a_b + 32 * ks, ra, p.bo), b, accumulate);
+          wgmma::mma_f16<BN>(lh, wgmma::desc(a_b + 32 * ks + ra / 2, ra, p.bo), b, accumulate);
+        }
       }
     }
     wgmma::commit();
@@ -241,26 +248,30 @@ std::string wgmma_available() {
 
 // Fills p for s (the launch's tile count is set per chunk of images); "" when supported, else why not.
 std::string plan(const ConvShape& s, Params& p, const Config& c) {
-  const int64_t Cp = (s.C + CU - 1) / CU * CU, Ho = s.Ho(), Wo = s.Wo();
+  const int64_t ch = s.C <= 16 ? 16 : 32, Cp = (s.C + ch - 1) / ch * ch, Ho = s.Ho(), Wo = s.Wo();
   if (s.H * s.W * Cp > (int64_t(1) << 30) || s.M * Cp * s.K * s.K > INT_MAX)
     return std::string(kName) + ": an image of " + std::to_string(s.H * s.W * Cp) + " padded values or weights of " +
            std::to_string(s.M * Cp * s.K * s.K) + " exceed its 32-bit offsets";
-  const int64_t rows = TILE + (s.K - 1) * s.W + s.K - 1, groups = Cp / 8;
-  const int64_t slab = 2 * groups * rows * 16, wts = s.K * s.K * groups * 2 * c.bn * 16;
-  const int64_t smem = wts + 2 * slab;
+  const int64_t rows = TILE + (s.K - 1) * s.W + s.K - 1, bands = Cp / ch;
+  const int64_t band_bytes = (rows * 4 * ch + 1023) / 1024 * 1024, slab = bands * band_bytes;
+  const int64_t wts = s.K * s.K * bands * 2 * c.bn * 2 * ch;
+  const int64_t smem = 1024 + wts + 2 * slab;
   if (smem > int64_t(kSmemLimit))
     return std::string(kName) + ": " + std::to_string(c.bn) + " filters' weights (" + std::to_string(wts / 1024) +
            " KB) and two slabs of " + std::to_string(rows) + " rows (" + std::to_string(slab / 1024) +
            " KB each) exceed " + std::to_string(kSmemLimit / 1024) + " KB of shared memory";
   p.H = int(s.H); p.W = int(s.W); p.K = int(s.K); p.Cp = int(Cp);
   p.Ho = int(Ho); p.Wo = int(Wo); p.P = int(Ho * Wo); p.M = int(s.M);
-  p.groups = int(groups);
+  p.ch = int(ch);
+  p.bands = int(bands);
   p.tiles_per_image = int((Ho * s.W + TILE - 1) / TILE);
   p.slab_rows = int(rows);
-  p.group_bytes = int(rows * 16);
+  p.band_bytes = int(band_bytes);
   p.slab_bytes = int(slab);
   p.w_bytes = int(wts);
   p.m_blocks = int((s.M + c.bn - 1) / c.bn);
+  const char* bo = std::getenv("PYCONV_WGMMA_BO");
+  p.bo = bo && bo[0] == '1';
   p.tiles = 0;
   return "";
 }
@@ -295,8 +306,8 @@ void conv_fwd_gpu_split_f16_wgmma(const float* x, const float* k, float* y, cons
       x, s, p.Cp, wplane, st,
       [&](uint4* w, uint4*, unsigned) {
         const long long pieces = (long long)p.m_blocks * p.w_bytes / 16;
-        split_weights<<<unsigned((pieces + 255) / 256), 256, 0, st>>>(k, w, int(s.M), int(s.C), int(s.K), p.groups,
-                                                                      c.bn, pieces);
+        split_weights<<<unsigned((pieces + 255) / 256), 256, 0, st>>>(k, w, int(s.M), int(s.C), int(s.K), p.ch,
+                                                                      p.bands, c.bn, pieces);
       },
       [&](const __half* xh, const __half* xl, const __half* w, const __half*, int64_t b0, int64_t nb) {
         p.tiles = nb * p.tiles_per_image;

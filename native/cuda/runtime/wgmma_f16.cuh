@@ -6,29 +6,33 @@
 // over the n8 tiles (warp w of the group owns rows 16w .. 16w + 15; lane 4g + c holds, for n8 tile j, registers
 // 4j .. 4j + 3 = (row g, col 8j + 2c), (g, 8j + 2c + 1), (g + 8, 8j + 2c), (g + 8, 8j + 2c + 1)).
 //
-// Both operands are read "K-major" without swizzle (PTX ISA, "Matrix Descriptor Format", and the canonical
-// layouts of CUTLASS's make_gmma_desc): the matrix is tiles of 8 rows x 16 bytes (8 halves of depth); a tile's
-// rows are 16 bytes apart, tiles along the rows `sbo` bytes apart and the two depth halves of a k16 step `lbo`
-// bytes apart. With sbo = 128 every row is 16 bytes after the previous one, so a matrix that starts r rows into
-// a buffer is the same buffer's descriptor moved by 16 r bytes: a convolution tap is a shifted start address.
+// Both operands are read "K-major" (PTX ISA, "Matrix Descriptor Format"; CUTLASS's make_gmma_desc): rows of
+// `row_bytes` (32, 64 or 128: the swizzle mode) holding consecutive depth, 8-row atoms `sbo` = 8 * row_bytes
+// apart, and within each atom the 16-byte pieces of row r XOR-swizzled by (r's address bits 7..9), so that the
+// 8 rows the tensor cores read at once fall in distinct banks. A k16 step further along the row is the start
+// address plus 32 bytes; a start some rows into an atom names its phase in the base-offset field.
 //
 // The accumulator operands are spelled out per N because inline PTX names one operand per register; the N
-// instantiated are the ones the kernels use. Every call must sit between wgmma_fence() and wgmma_commit(), and
-// its accumulators must not be read before wgmma_wait<0>().
+// instantiated are the ones the kernels use. Every call must sit between fence() and commit(), and its
+// accumulators must not be read before wait<0>().
 #pragma once
 #include <cstdint>
 
 namespace pyconv::wgmma {
 
-// Descriptor of a no-swizzle K-major matrix at shared-memory address `addr` (16-byte aligned, below 256 KB).
-__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) |
-         (uint64_t((sbo >> 4) & 0x3FFF) << 32);  // base offset 0, layout type 0 (no swizzle)
+// The swizzled byte offset of the linear offset `a` (from a 1024-byte aligned base) in rows of row_bytes.
+__host__ __device__ constexpr uint32_t swizzle(uint32_t a, int row_bytes) {
+  return a ^ (((a >> 7) & uint32_t(row_bytes / 16 - 1)) << 4);
 }
 
-// The descriptor's start address moved by `bytes` (a multiple of 16, staying below 256 KB).
-__device__ __forceinline__ uint64_t advance(uint64_t d, uint32_t bytes) { return d + (bytes >> 4); }
-
+// Descriptor of a K-major matrix with rows of row_bytes (32, 64 or 128) at shared-memory address `addr` (below
+// 256 KB), its buffer's 1024-byte aligned base being the origin of the swizzle pattern.
+__device__ __forceinline__ uint64_t desc(uint32_t addr, int row_bytes, int base_offset_mode) {
+  const uint64_t layout = row_bytes == 128 ? 1 : row_bytes == 64 ? 2 : 3;
+  const uint64_t base = base_offset_mode ? (addr >> 7) & uint32_t(row_bytes / 16 - 1) : 0;
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t((8 * row_bytes) >> 4) << 32) |
+         (base << 49) | (layout << 62);
+}
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
