@@ -35,7 +35,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -51,41 +50,42 @@
 namespace pyconv {
 namespace {
 
-constexpr int TILE = 128;     // flat positions per tile: one m64 wgmma row block per warpgroup
+constexpr int TILE = 256;     // positions per tile: 128 per warpgroup, the N of its wgmmas
 constexpr int THREADS = 256;  // two warpgroups
+constexpr int WG_N = 128;     // positions per warpgroup
 constexpr size_t kSmemLimit = igemm::kSmemLimit;
 
 struct Params {
   int H, W, K, Cp, Ho, Wo, P, M;
   int ch;               // channels per band: 16 (C <= 16) or 32
   int bands;            // Cp / ch
-  int tiles_per_image;  // ceil(Ho * W / TILE)
+  int per_image;        // 1: tiles start at each image's first position (ceil(Ho * W / TILE) per image); 0: tiles
+                        // run on across images
+  int tiles_per_image;  // ceil(Ho * W / TILE) when per_image
   int slab_rows;        // TILE + (K - 1) * W + K - 1
   int band_bytes;       // one band of a slab: slab_rows rows of 4 ch bytes (hi, lo), rounded up to 1024
   int slab_bytes;       // one slab buffer: bands * band_bytes
-  int w_bytes;          // the block's weights: K * K * bands tiles of 2 BN rows of 2 ch bytes
-  int m_blocks;         // ceil(M / BN)
-  int bo;               // base-offset mode of the descriptors
-  long long tiles;      // tiles of this launch's images: images * tiles_per_image
+  int w_bytes;          // the weights: K * K * bands tiles of 2 BN rows of 2 ch bytes, + the rows the last
+                        // tile's 64-row reads run past its 2 BN
+  long long pixels;     // this launch's images' pixels: images * H * W
+  long long tiles;      // this launch's tiles
 };
 
 // Shared memory: the weights, then two slab buffers, from a 1024-byte aligned base (the swizzle's origin).
 size_t smem_bytes(const Params& p) { return 1024 + size_t(p.w_bytes) + 2 * size_t(p.slab_bytes); }
 
-// k[m][c][kh][kw] -> w[mb][tap][band][2 BN rows: hi of filters mb*BN.., then their lo][ch halves], zero past C
-// and M, each (tap, band) tile swizzled as wgmma reads it (wgmma_f16.cuh): the image of one block's weights in
-// shared memory. One thread per 16-byte piece.
+// Row R of a (tap, band) weight tile: warp R / 16's rows hold filters 8 (R / 16) .. + 7, hi halves in its rows 0-7
+// and lo halves in 8-15, so that an accumulator thread holds a filter's hi and lo products (rows g and g + 8).
+__host__ __device__ constexpr int tile_row_filter(int R) { return 8 * (R / 16) + R % 8; }
+
+// k[m][c][kh][kw] -> w[tap][band][2 BN rows (tile_row_filter)][ch halves], zero past C and M, each tile
+// swizzled as wgmma reads it (wgmma_f16.cuh): the image of the weights in shared memory. One thread per 16 bytes.
 __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w, int M, int C, int K, int ch,
-                              int bands, int BN, long long pieces) {
-  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+                              int bands, int BN, int pieces) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= pieces) return;
-  const int per_row = ch / 8, q = int(i % per_row);
-  const long long row_i = i / per_row;  // over mb, tap, band, row
-  const int row = int(row_i % (2 * BN));
-  const long long tile = row_i / (2 * BN);
-  const int band = int(tile % bands), tap = int(tile / bands % (K * K));
-  const long long mb = tile / bands / (K * K);
-  const int m = int(mb) * BN + row % BN;
+  const int per_row = ch / 8, q = i % per_row, row_i = i / per_row, R = row_i % (2 * BN), tile = row_i / (2 * BN);
+  const int band = tile % bands, tap = tile / bands, m = tile_row_filter(R);
   float v[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
@@ -94,9 +94,7 @@ __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w
   }
   uint4 hi, lo;
   planes::split8(v, hi, lo);
-  const long long image = (long long)K * K * bands * 2 * BN * 2 * ch;  // bytes of one mb's image
-  const uint32_t in_image = uint32_t((tile - mb * K * K * bands) * 2 * BN * 2 * ch + row * 2 * ch + 16 * q);
-  w[(mb * image + wgmma::swizzle(in_image, 2 * ch)) / 16] = row < BN ? hi : lo;
+  w[wgmma::swizzle(uint32_t(16 * i), 2 * ch) / 16] = (R % 16) < 8 ? hi : lo;
 }
 
 // 1 where the code that runs was compiled for sm_90a (the only target with wgmma), else 0.
@@ -116,28 +114,27 @@ __global__ void __launch_bounds__(THREADS, 1)
   extern __shared__ float4 smem4[];
   const uint32_t w_s = (igemm::smem_u32(smem4) + 1023u) & ~1023u, slab0 = w_s + uint32_t(p.w_bytes);
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-  const int mb = int(blockIdx.x % unsigned(p.m_blocks)), n0 = mb * BN;
-  const long long step = gridDim.x / unsigned(p.m_blocks);
-  long long t = blockIdx.x / unsigned(p.m_blocks);
-  const int HW = p.H * p.W, ra = 4 * p.ch, rb = 2 * p.ch;  // row bytes of the slab (A) and the weights (B)
+  const int HW = p.H * p.W, ra = 4 * p.ch, rb = 2 * p.ch;  // row bytes of the slab and of the weights
+  long long t = blockIdx.x;
 
-  {  // the block's weights: one contiguous image, already swizzled
-    const uint4* src = w + (long long)mb * (p.w_bytes / 16);
-    for (int i = tid; i < p.w_bytes / 16; i += THREADS) planes::cp_async16(w_s + 16 * i, src + i, true);
-  }
-  // Tile t's slab into buffer buf: row r of band b is pixel j0 + r's channels b*ch .. b*ch + ch - 1, hi then lo,
-  // swizzled; rows past the image are zero (they reach only positions that are not stored).
+  for (int i = tid; i < p.w_bytes / 16; i += THREADS) planes::cp_async16(w_s + 16 * i, w + i, true);
+  // The first pixel (of the launch's planes) of tile t.
+  auto first = [&](long long tile) -> long long {
+    if (!p.per_image) return tile * TILE;
+    const long long b = tile / p.tiles_per_image;
+    return b * HW + (tile - b * p.tiles_per_image) * TILE;
+  };
+  // Tile t's slab into buffer buf: row r of band b is pixel first(t) + r's channels b*ch .. b*ch + ch - 1, hi then
+  // lo, swizzled; rows past the launch's pixels are zero (they reach only positions that are not stored).
   const int per_row = ra / 16, half_row = per_row / 2;
   auto load_slab = [&](long long tile, int buf) {
-    const long long b = tile / p.tiles_per_image;
-    const int j0 = int(tile - b * p.tiles_per_image) * TILE;
-    const long long src0 = (b * HW + j0) * p.Cp;
+    const long long p0 = first(tile);
     const uint32_t dst = slab0 + uint32_t(buf * p.slab_bytes);
     const int pieces = p.slab_rows * p.bands * per_row;
     for (int i = tid; i < pieces; i += THREADS) {
       const int q = i % per_row, rb_i = i / per_row, band = rb_i % p.bands, r = rb_i / p.bands;
-      const bool valid = j0 + r < HW, lo = q >= half_row;
-      const long long src = valid ? src0 + (long long)r * p.Cp + band * p.ch + 8 * (q - (lo ? half_row : 0)) : 0;
+      const bool valid = p0 + r < p.pixels, lo = q >= half_row;
+      const long long src = valid ? (p0 + r) * p.Cp + band * p.ch + 8 * (q - (lo ? half_row : 0)) : 0;
       planes::cp_async16(dst + uint32_t(band * p.band_bytes) + wgmma::swizzle(uint32_t(r * ra + 16 * q), ra),
                          (lo ? xl : xh) + src, valid);
     }
@@ -146,53 +143,68 @@ __global__ void __launch_bounds__(THREADS, 1)
   asm volatile("cp.async.commit_group;");
 
   const int KK = p.K * p.K, ksteps = p.ch / 16;
-  float hh[BN], lh[BN / 2];  // [hi*hi | hi*lo] and lo*hi; each tile's first wgmma overwrites them
-  for (int it = 0; t < p.tiles; ++it, t += step) {
+  // This thread's filter and positions: rows g (hi) and g + 8 (lo) of its warp's 16 hold filter 8 warp + g;
+  // columns 8j + 2c + e (j < 16, e < 2) of its warpgroup's 128 positions.
+  const int g = lane >> 2, c2 = 2 * (lane & 3), f = 8 * warp + g;
+  float xh_acc[WG_N / 2], xl_acc[WG_N / 2];  // (W.hi | W.lo) * X.hi and (W.hi | W.lo) * X.lo
+  for (int it = 0; t < p.tiles; ++it, t += gridDim.x) {
     __syncthreads();  // every warpgroup is done with the buffer the next load overwrites (tile it - 1's)
-    if (t + step < p.tiles) load_slab(t + step, (it + 1) & 1);
+    if (t + gridDim.x < p.tiles) load_slab(t + gridDim.x, (it + 1) & 1);
     asm volatile("cp.async.commit_group;");
     asm volatile("cp.async.wait_group 1;" ::: "memory");  // this tile's slab (and the weights) are in
     wgmma::fence_proxy_async();
     __syncthreads();
 
     wgmma::fence();
-    // A: this warpgroup's 64 rows from row `shift` of a band (hi at the row's start, lo half a row further);
-    // B: the (tap, band) tile's 2 BN rows (the first BN alone for lo*hi).
-    const uint32_t a_t = slab0 + uint32_t((it & 1) * p.slab_bytes + wg * 64 * ra);
+    // A: the (tap, band) weight tile (64 rows read; past 2 BN they are the next tile's, and their products are
+    // never used); B: this warpgroup's 128 slab rows from row `shift` (hi at the row's start, lo half a row on).
+    const uint32_t x_t = slab0 + uint32_t((it & 1) * p.slab_bytes + wg * WG_N * ra);
 #pragma unroll 1
     for (int tap = 0; tap < KK; ++tap) {
       const int kh = tap / p.K, shift = kh * p.W + (tap - kh * p.K);
 #pragma unroll 1
       for (int band = 0; band < p.bands; ++band) {
-        const uint32_t a_b = a_t + uint32_t(band * p.band_bytes + shift * ra);
-        const uint32_t b_b = w_s + uint32_t((tap * p.bands + band) * 2 * BN * rb);
+        const uint32_t x_b = x_t + uint32_t(band * p.band_bytes + shift * ra);
+        const uint32_t w_b = w_s + uint32_t((tap * p.bands + band) * 2 * BN * rb);
         for (int ks = 0; ks < ksteps; ++ks) {
           const int accumulate = tap | band | ks;
-          const uint64_t b = wgmma::desc(b_b + 32 * ks, rb, p.bo);
-          wgmma::mma_f16<2 * BN>(hh, wgmma::desc(a_b + 32 * ks, ra, p.bo), b, accumulate);
-          wgmma::mma_f16<BN>(lh, wgmma::desc(a_b + 32 * ks + ra / 2, ra, p.bo), b, accumulate);
+          const uint64_t a = wgmma::desc(w_b + 32 * ks, rb);
+          wgmma::mma_f16<WG_N>(xh_acc, a, wgmma::desc(x_b + 32 * ks, ra), accumulate);
+          wgmma::mma_f16<WG_N>(xl_acc, a, wgmma::desc(x_b + 32 * ks + ra / 2, ra), accumulate);
         }
       }
     }
     wgmma::commit();
     wgmma::wait<0>();
 
-    // Epilogue: this thread's rows g and g + 8 of its warp's 16, columns 8j + 2c and + 1.
-    const long long b = t / p.tiles_per_image;
-    const int j0 = int(t - b * p.tiles_per_image) * TILE;
-    const int g = lane >> 2, c2 = 2 * (lane & 3);
+    // Epilogue: out = W.hi X.hi + 2^-11 (W.lo X.hi + W.hi X.lo), position by position, walking (b, oh, ow).
+    if (f < p.M && 8 * warp < BN) {
+      long long pos = first(t) + wg * WG_N + c2;
+      long long b = pos / HW;
+      int j = int(pos - b * HW), oh = j / p.W, ow = j - oh * p.W;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int j = j0 + wg * 64 + warp * 16 + g + 8 * half, oh = j / p.W, ow = j - oh * p.W;
-      if (oh >= p.Ho || ow >= p.Wo) continue;
-      float* out = y + (b * p.M + n0) * (long long)p.P + oh * p.Wo + ow;
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt)
+      for (int n = 0; n < WG_N / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int n = 8 * nt + c2 + e, r = 4 * nt + 2 * half + e;
-          if (n0 + n < p.M) out[(long long)n * p.P] = fmaf(hh[r + BN / 2] + lh[r], kSplitUnscale, hh[r]);
+          long long bb = b;
+          int h = oh, x = ow + e;
+          if (x >= p.W) {
+            x -= p.W;
+            if (++h == p.H) h = 0, ++bb;
+          }
+          if (h < p.Ho && x < p.Wo && pos + e < p.pixels) {
+            const int r = 4 * n + e;
+            y[(bb * p.M + f) * (long long)p.P + h * p.Wo + x] =
+                fmaf(xh_acc[r + 2] + xl_acc[r], kSplitUnscale, xh_acc[r]);
+          }
         }
+        pos += 8;  // the next n8 column tile
+        ow += 8;
+        while (ow >= p.W) {
+          ow -= p.W;
+          if (++oh == p.H) oh = 0, ++b;
+        }
+      }
     }
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
@@ -208,10 +220,10 @@ struct Config {
   Kernel kernel;
 };
 
-// The narrowest filter tile that holds M (wider M runs as several blocks of 64 filters).
+// The narrowest filter tile that holds M (M <= 32: each warp's 16 accumulator rows are 8 filters' hi and lo).
 const Config& pick(int64_t M) {
-  static const Config configs[] = {{8, conv28_kernel<8>},   {16, conv28_kernel<16>}, {24, conv28_kernel<24>},
-                                   {32, conv28_kernel<32>}, {48, conv28_kernel<48>}, {64, conv28_kernel<64>}};
+  static const Config configs[] = {{8, conv28_kernel<8>}, {16, conv28_kernel<16>}, {24, conv28_kernel<24>},
+                                   {32, conv28_kernel<32>}};
   return igemm::narrowest_holding(configs, M);
 }
 
@@ -246,15 +258,19 @@ std::string wgmma_available() {
                                                 "(wgmma)";
 }
 
-// Fills p for s (the launch's tile count is set per chunk of images); "" when supported, else why not.
-std::string plan(const ConvShape& s, Params& p, const Config& c) {
+// Fills p for s (the launch's pixels and tiles are set per chunk of images); "" when supported, else why not.
+std::string plan(const ConvShape& s, Params& p) {
+  if (s.M > 32)
+    return std::string(kName) + ": M = " + std::to_string(s.M) + " filters; at most 32 (8 per warp, hi and lo in its "
+                                                                 "16 accumulator rows)";
+  const Config& c = pick(s.M);
   const int64_t ch = s.C <= 16 ? 16 : 32, Cp = (s.C + ch - 1) / ch * ch, Ho = s.Ho(), Wo = s.Wo();
   if (s.H * s.W * Cp > (int64_t(1) << 30) || s.M * Cp * s.K * s.K > INT_MAX)
     return std::string(kName) + ": an image of " + std::to_string(s.H * s.W * Cp) + " padded values or weights of " +
            std::to_string(s.M * Cp * s.K * s.K) + " exceed its 32-bit offsets";
   const int64_t rows = TILE + (s.K - 1) * s.W + s.K - 1, bands = Cp / ch;
   const int64_t band_bytes = (rows * 4 * ch + 1023) / 1024 * 1024, slab = bands * band_bytes;
-  const int64_t wts = s.K * s.K * bands * 2 * c.bn * 2 * ch;
+  const int64_t wts = (s.K * s.K * bands * 2 * c.bn + 64 - 2 * c.bn) * 2 * ch;
   const int64_t smem = 1024 + wts + 2 * slab;
   if (smem > int64_t(kSmemLimit))
     return std::string(kName) + ": " + std::to_string(c.bn) + " filters' weights (" + std::to_string(wts / 1024) +
@@ -264,15 +280,15 @@ std::string plan(const ConvShape& s, Params& p, const Config& c) {
   p.Ho = int(Ho); p.Wo = int(Wo); p.P = int(Ho * Wo); p.M = int(s.M);
   p.ch = int(ch);
   p.bands = int(bands);
+  // Tiles per image (each starting at the image's first position) or running on across images: whichever
+  // computes fewer positions that are never stored.
   p.tiles_per_image = int((Ho * s.W + TILE - 1) / TILE);
+  p.per_image = int64_t(p.tiles_per_image) * TILE <= s.H * s.W;
   p.slab_rows = int(rows);
   p.band_bytes = int(band_bytes);
   p.slab_bytes = int(slab);
   p.w_bytes = int(wts);
-  p.m_blocks = int((s.M + c.bn - 1) / c.bn);
-  const char* bo = std::getenv("PYCONV_WGMMA_BO");
-  p.bo = bo && bo[0] == '1';
-  p.tiles = 0;
+  p.pixels = p.tiles = 0;
   return "";
 }
 
@@ -280,38 +296,39 @@ std::string plan(const ConvShape& s, Params& p, const Config& c) {
 
 std::string conv_supports_gpu_split_f16_wgmma(const ConvShape& s) {
   Params p{};
-  const std::string why = plan(s, p, pick(s.M));
+  const std::string why = plan(s, p);
   return why.empty() ? wgmma_available() : why;
 }
 
 void conv_fwd_gpu_split_f16_wgmma(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st) {
-  const Config& c = pick(s.M);
   Params p{};
-  std::string why = plan(s, p, c);
+  std::string why = plan(s, p);
   if (why.empty()) why = wgmma_available();
   if (!why.empty()) throw std::invalid_argument(why);
   if (s.B == 0 || s.M == 0) return;
 
+  const Config& c = pick(s.M);
   const size_t smem = smem_bytes(p);
   CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   int dev = 0, sms = 0, per_sm = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, c.kernel, THREADS, smem));
-  const long long resident = std::max<long long>(1, (long long)sms * std::max(per_sm, 1) / p.m_blocks);
-  // The weights' image: m_blocks x (w_bytes / 2) halves, split into "hi" and "lo" halves of the workspace's
-  // weight buffer by run_in_chunks (wplane each), which this layout fills as one.
-  const size_t wplane = size_t(p.m_blocks) * p.w_bytes / 4;
+  const long long resident = (long long)sms * std::max(per_sm, 1);
+  // The weights' image is w_bytes; run_in_chunks keeps two planes of wplane halves for it, one after the other.
+  const size_t wplane = (size_t(p.w_bytes) / 2 + 1) / 2;
   planes::run_in_chunks(
       x, s, p.Cp, wplane, st,
       [&](uint4* w, uint4*, unsigned) {
-        const long long pieces = (long long)p.m_blocks * p.w_bytes / 16;
+        const int pieces = int(s.K * s.K) * p.bands * 2 * c.bn * (p.ch / 8);
+        CUDA_CHECK(cudaMemsetAsync(w, 0, p.w_bytes, st));  // the rows past the last tile
         split_weights<<<unsigned((pieces + 255) / 256), 256, 0, st>>>(k, w, int(s.M), int(s.C), int(s.K), p.ch,
                                                                       p.bands, c.bn, pieces);
       },
       [&](const __half* xh, const __half* xl, const __half* w, const __half*, int64_t b0, int64_t nb) {
-        p.tiles = nb * p.tiles_per_image;
-        const long long blocks = std::min(p.tiles, resident) * p.m_blocks;
+        p.pixels = nb * s.H * s.W;
+        p.tiles = p.per_image ? nb * p.tiles_per_image : (p.pixels + TILE - 1) / TILE;
+        const long long blocks = std::min(p.tiles, resident);
         c.kernel<<<unsigned(blocks), THREADS, smem, st>>>(xh, xl, reinterpret_cast<const uint4*>(w),
                                                          y + b0 * s.M * p.P, p);
       });

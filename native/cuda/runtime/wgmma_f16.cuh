@@ -10,7 +10,7 @@
 // `row_bytes` (32, 64 or 128: the swizzle mode) holding consecutive depth, 8-row atoms `sbo` = 8 * row_bytes
 // apart, and within each atom the 16-byte pieces of row r XOR-swizzled by (r's address bits 7..9), so that the
 // 8 rows the tensor cores read at once fall in distinct banks. A k16 step further along the row is the start
-// address plus 32 bytes; a start some rows into an atom names its phase in the base-offset field.
+// address plus 32 bytes, and a start some rows on is the address of that row.
 //
 // The accumulator operands are spelled out per N because inline PTX names one operand per register; the N
 // instantiated are the ones the kernels use. Every call must sit between fence() and commit(), and its
@@ -27,11 +27,12 @@ __host__ __device__ constexpr uint32_t swizzle(uint32_t a, int row_bytes) {
 
 // Descriptor of a K-major matrix with rows of row_bytes (32, 64 or 128) at shared-memory address `addr` (below
 // 256 KB), its buffer's 1024-byte aligned base being the origin of the swizzle pattern.
-__device__ __forceinline__ uint64_t desc(uint32_t addr, int row_bytes, int base_offset_mode) {
+// A start some rows into an atom needs no base offset: the swizzle applies to the address's own bits 7..9
+// (checked on an H200: the field set to the start's phase gave wrong products, 0 the right ones).
+__device__ __forceinline__ uint64_t desc(uint32_t addr, int row_bytes) {
   const uint64_t layout = row_bytes == 128 ? 1 : row_bytes == 64 ? 2 : 3;
-  const uint64_t base = base_offset_mode ? (addr >> 7) & uint32_t(row_bytes / 16 - 1) : 0;
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t((8 * row_bytes) >> 4) << 32) |
-         (base << 49) | (layout << 62);
+         (layout << 62);
 }
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
