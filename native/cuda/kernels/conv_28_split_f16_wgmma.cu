@@ -125,84 +125,96 @@ __global__ void __launch_bounds__(THREADS, 1)
     return b * HW + (tile - b * p.tiles_per_image) * TILE;
   };
   // Tile t's slab into buffer buf: row r of band b is pixel first(t) + r's channels b*ch .. b*ch + ch - 1, hi then
-  // lo, swizzled; rows past the launch's pixels are zero (they reach only positions that are not stored).
-  const int per_row = ra / 16, half_row = per_row / 2;
+  // lo, swizzled; rows past the launch's pixels are zero (they reach only positions that are not stored). Thread
+  // tid copies piece q = tid % per_row of rows tid / per_row + k * stride: the same swizzled piece in every row it
+  // copies (stride is a multiple of the 8-row pattern), so each copy costs a few additions.
+  const int per_row = ra / 16, half_row = per_row / 2, q = tid % per_row, stride = THREADS / per_row;
+  const bool q_lo = q >= half_row;
+  const __half* q_plane = q_lo ? xl : xh;
+  const int q_chan = 8 * (q - (q_lo ? half_row : 0));
   auto load_slab = [&](long long tile, int buf) {
     const long long p0 = first(tile);
-    const uint32_t dst = slab0 + uint32_t(buf * p.slab_bytes);
-    const int pieces = p.slab_rows * p.bands * per_row;
-    for (int i = tid; i < pieces; i += THREADS) {
-      const int q = i % per_row, rb_i = i / per_row, band = rb_i % p.bands, r = rb_i / p.bands;
-      const bool valid = p0 + r < p.pixels, lo = q >= half_row;
-      const long long src = valid ? (p0 + r) * p.Cp + band * p.ch + 8 * (q - (lo ? half_row : 0)) : 0;
-      planes::cp_async16(dst + uint32_t(band * p.band_bytes) + wgmma::swizzle(uint32_t(r * ra + 16 * q), ra),
-                         (lo ? xl : xh) + src, valid);
+    const int r0 = tid / per_row;
+    const uint32_t q_at = wgmma::swizzle(uint32_t(r0 * ra + 16 * q), ra);  // the same for r0 + k * stride
+    for (int band = 0; band < p.bands; ++band) {
+      uint32_t dst = slab0 + uint32_t(buf * p.slab_bytes + band * p.band_bytes) + q_at;
+      long long pix = p0 + r0;
+      const __half* src = q_plane + pix * p.Cp + band * p.ch + q_chan;
+      for (int r = r0; r < p.slab_rows; r += stride) {
+        const bool valid = pix < p.pixels;
+        planes::cp_async16(dst, valid ? src : q_plane, valid);
+        dst += uint32_t(stride * ra);
+        src += (long long)stride * p.Cp;
+        pix += stride;
+      }
     }
   };
-  if (t < p.tiles) load_slab(t, 0);
-  asm volatile("cp.async.commit_group;");
-
   const int KK = p.K * p.K, ksteps = p.ch / 16;
   // This thread's filter and positions: rows g (hi) and g + 8 (lo) of its warp's 16 hold filter 8 warp + g;
   // columns 8j + 2c + e (j < 16, e < 2) of its warpgroup's 128 positions.
   const int g = lane >> 2, c2 = 2 * (lane & 3), f = 8 * warp + g;
   float xh_acc[WG_N / 2], xl_acc[WG_N / 2];  // (W.hi | W.lo) * X.hi and (W.hi | W.lo) * X.lo
   for (int it = 0; t < p.tiles; ++it, t += gridDim.x) {
-    __syncthreads();  // every warpgroup is done with the buffer the next load overwrites (tile it - 1's)
-    if (t + gridDim.x < p.tiles) load_slab(t + gridDim.x, (it + 1) & 1);
-    asm volatile("cp.async.commit_group;");
-    asm volatile("cp.async.wait_group 1;" ::: "memory");  // this tile's slab (and the weights) are in
+    asm volatile("cp.async.wait_group 0;" ::: "memory");  // this tile's slab (and the weights) are in
     wgmma::fence_proxy_async();
-    __syncthreads();
+    __syncthreads();  // ... for every thread; and every warpgroup is done with tile it - 1 and its buffer
 
     wgmma::fence();
     // A: the (tap, band) weight tile (64 rows read; past 2 BN they are the next tile's, and their products are
     // never used); B: this warpgroup's 128 slab rows from row `shift` (hi at the row's start, lo half a row on).
-    const uint32_t x_t = slab0 + uint32_t((it & 1) * p.slab_bytes + wg * WG_N * ra);
+    const uint64_t x_t = wgmma::desc(slab0 + uint32_t((it & 1) * p.slab_bytes + wg * WG_N * ra), ra);
+    const uint64_t w_t = wgmma::desc(w_s, rb);
 #pragma unroll 1
     for (int tap = 0; tap < KK; ++tap) {
       const int kh = tap / p.K, shift = kh * p.W + (tap - kh * p.K);
 #pragma unroll 1
       for (int band = 0; band < p.bands; ++band) {
-        const uint32_t x_b = x_t + uint32_t(band * p.band_bytes + shift * ra);
-        const uint32_t w_b = w_s + uint32_t((tap * p.bands + band) * 2 * BN * rb);
+        const uint64_t x_b = wgmma::advance(x_t, uint32_t(band * p.band_bytes + shift * ra));
+        const uint64_t w_b = wgmma::advance(w_t, uint32_t((tap * p.bands + band) * 2 * BN * rb));
         for (int ks = 0; ks < ksteps; ++ks) {
           const int accumulate = tap | band | ks;
-          const uint64_t a = wgmma::desc(w_b + 32 * ks, rb);
-          wgmma::mma_f16<WG_N>(xh_acc, a, wgmma::desc(x_b + 32 * ks, ra), accumulate);
-          wgmma::mma_f16<WG_N>(xl_acc, a, wgmma::desc(x_b + 32 * ks + ra / 2, ra), accumulate);
+          const uint64_t a = wgmma::advance(w_b, 32 * ks), x = wgmma::advance(x_b, 32 * ks);
+          wgmma::mma_f16<WG_N>(xh_acc, a, x, accumulate);
+          wgmma::mma_f16<WG_N>(xl_acc, a, wgmma::advance(x, ra / 2), accumulate);
         }
       }
     }
     wgmma::commit();
+    // While the tensor cores work: the next tile's slab into the other buffer (tile it - 1's, done with).
+    if (t + gridDim.x < p.tiles) load_slab(t + gridDim.x, (it + 1) & 1);
+    asm volatile("cp.async.commit_group;");
     wgmma::wait<0>();
 
-    // Epilogue: out = W.hi X.hi + 2^-11 (W.lo X.hi + W.hi X.lo), position by position, walking (b, oh, ow).
+    // Epilogue: out = W.hi X.hi + 2^-11 (W.lo X.hi + W.hi X.lo), position by position, walking (b, oh, ow) and
+    // the output row they fall in.
     if (f < p.M && 8 * warp < BN) {
-      long long pos = first(t) + wg * WG_N + c2;
-      long long b = pos / HW;
-      int j = int(pos - b * HW), oh = j / p.W, ow = j - oh * p.W;
+      const long long pos0 = first(t) + wg * WG_N + c2;
+      long long b = pos0 / HW;
+      int j = int(pos0 - b * HW), oh = j / p.W, ow = j - oh * p.W;
+      float* row = y + (b * p.M + f) * (long long)p.P + (long long)oh * p.Wo;
+      const int n_valid = int(min((long long)(WG_N / 8), (p.pixels - pos0 + 7) / 8));
 #pragma unroll
       for (int n = 0; n < WG_N / 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          long long bb = b;
-          int h = oh, x = ow + e;
-          if (x >= p.W) {
-            x -= p.W;
-            if (++h == p.H) h = 0, ++bb;
-          }
-          if (h < p.Ho && x < p.Wo && pos + e < p.pixels) {
-            const int r = 4 * n + e;
-            y[(bb * p.M + f) * (long long)p.P + h * p.Wo + x] =
-                fmaf(xh_acc[r + 2] + xl_acc[r], kSplitUnscale, xh_acc[r]);
-          }
+        if (n >= n_valid) break;
+        const int r = 4 * n;
+        if (oh < p.Ho && ow < p.Wo) row[ow] = fmaf(xh_acc[r + 2] + xl_acc[r], kSplitUnscale, xh_acc[r]);
+        if (ow + 1 < p.W) {  // the second position is on the same input row
+          if (oh < p.Ho && ow + 1 < p.Wo) row[ow + 1] = fmaf(xh_acc[r + 3] + xl_acc[r + 1], kSplitUnscale, xh_acc[r + 1]);
+        } else if (pos0 + 8 * n + 1 < p.pixels) {  // it starts the next input row (W = ow + 1)
+          const bool next_image = oh + 1 == p.H;
+          const int h = next_image ? 0 : oh + 1;
+          float* r1 = next_image ? y + ((b + 1) * p.M + f) * (long long)p.P : row + p.Wo;
+          if (h < p.Ho && p.Wo > 0) r1[0] = fmaf(xh_acc[r + 3] + xl_acc[r + 1], kSplitUnscale, xh_acc[r + 1]);
         }
-        pos += 8;  // the next n8 column tile
-        ow += 8;
+        ow += 8;  // the next n8 column tile
         while (ow >= p.W) {
           ow -= p.W;
-          if (++oh == p.H) oh = 0, ++b;
+          row += p.Wo;
+          if (++oh == p.H) {
+            oh = 0;
+            ++b;
+            row = y + (b * p.M + f) * (long long)p.P;
+          }
         }
       }
     }

@@ -34,6 +34,9 @@ __device__ __forceinline__ uint64_t desc(uint32_t addr, int row_bytes) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t((8 * row_bytes) >> 4) << 32) |
          (layout << 62);
 }
+// The descriptor d with its start address moved by `bytes` (a multiple of 16, the result staying below 256 KB).
+__device__ __forceinline__ uint64_t advance(uint64_t d, uint32_t bytes) { return d + (bytes >> 4); }
+
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
