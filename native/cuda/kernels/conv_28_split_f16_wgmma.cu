@@ -149,6 +149,9 @@ __global__ void __launch_bounds__(THREADS, 1)
       }
     }
   };
+  if (t < p.tiles) load_slab(t, 0);
+  asm volatile("cp.async.commit_group;");  // with the weights
+
   const int KK = p.K * p.K, ksteps = p.ch / 16;
   // This thread's filter and positions: rows g (hi) and g + 8 (lo) of its warp's 16 hold filter 8 warp + g;
   // columns 8j + 2c + e (j < 16, e < 2) of its warpgroup's 128 positions.
