@@ -42,7 +42,8 @@ SHAPES = [
     (3, 11, 31, 31, 27, 5),    # the sweep's s08 at batch 3
     (300, 26, 26, 26, 25, 5),  # the sweep's s17 at batch 300: 1800 tiles over the persistent blocks
     (1, 40, 12, 12, 10, 3),    # C = 40 pads to 64: two bands
-    (2, 70, 9, 9, 12, 3),      # C = 70 pads to 96: three bands
+    (2, 50, 9, 9, 12, 3),      # C = 50 pads to 64: two bands
+    (2, 70, 9, 9, 12, 1),      # C = 70 pads to 96: three bands
     (1, 2, 150, 130, 6, 3),    # a rectangular image of 19.5K pixels: 150 tiles
     (257, 2, 6, 6, 8, 5),      # 257 images of 4 pixels: one tile each, mostly never stored
     (3, 33, 9, 9, 20, 1),      # K = 1: no halo; C = 33 pads to 64: two bands of 32 channels
@@ -94,3 +95,8 @@ def test_weights_and_slabs_beyond_shared_memory_are_refused_in_one_line():
     why = check_refused_for_shared_memory(NAME, (2, 32, 96, 96, 32, 7))
     assert why == (f"{NAME}: 32 filters' weights (196 KB) and two slabs of 838 rows (105 KB each) exceed 220 KB "
                    "of shared memory")
+
+
+@requires_gpu_module
+def test_a_kernel_size_it_is_not_built_for_is_refused_in_one_line():
+    assert gpu().why_unsupported(NAME, 2, 3, 12, 12, 8, 4) == f"{NAME}: K = 4; its kernels are built for K = 1, 3, 5 and 7"

@@ -106,7 +106,7 @@ __global__ void has_wgmma(int* flag) {
 #endif
 }
 
-template <int BN>
+template <int BN, int K>
 __global__ void __launch_bounds__(THREADS, 1)
     conv28_kernel(const __half* __restrict__ xh, const __half* __restrict__ xl, const uint4* __restrict__ w,
                   float* __restrict__ y, const Params p) {
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   if (t < p.tiles) load_slab(t, 0);
   asm volatile("cp.async.commit_group;");  // with the weights
 
-  const int KK = p.K * p.K, ksteps = p.ch / 16;
+  const int ksteps = p.ch / 16;
   // This thread's filter and positions: rows g (hi) and g + 8 (lo) of its warp's 16 hold filter 8 warp + g;
   // columns 8j + 2c + e (j < 16, e < 2) of its warpgroup's 128 positions.
   const int g = lane >> 2, c2 = 2 * (lane & 3), f = 8 * warp + g;
@@ -167,19 +167,25 @@ __global__ void __launch_bounds__(THREADS, 1)
     // never used); B: this warpgroup's 128 slab rows from row `shift` (hi at the row's start, lo half a row on).
     const uint64_t x_t = wgmma::desc(slab0 + uint32_t((it & 1) * p.slab_bytes + wg * WG_N * ra), ra);
     const uint64_t w_t = wgmma::desc(w_s, rb);
+    // The taps unrolled (K is a template argument): the warps must issue the wgmmas as fast as the tensor cores
+    // run them, and a division per tap held them back (Nsight Compute's stall sampling on the sweep's s08).
+    const uint32_t row_step = uint32_t(p.W * ra), w_tile = uint32_t(2 * BN * rb);
 #pragma unroll 1
-    for (int tap = 0; tap < KK; ++tap) {
-      const int kh = tap / p.K, shift = kh * p.W + (tap - kh * p.K);
+    for (int band = 0; band < p.bands; ++band) {
 #pragma unroll 1
-      for (int band = 0; band < p.bands; ++band) {
-        const uint64_t x_b = wgmma::advance(x_t, uint32_t(band * p.band_bytes + shift * ra));
-        const uint64_t w_b = wgmma::advance(w_t, uint32_t((tap * p.bands + band) * 2 * BN * rb));
-        for (int ks = 0; ks < ksteps; ++ks) {
-          const int accumulate = tap | band | ks;
-          const uint64_t a = wgmma::advance(w_b, 32 * ks), x = wgmma::advance(x_b, 32 * ks);
-          wgmma::mma_f16<WG_N>(xh_acc, a, x, accumulate);
-          wgmma::mma_f16<WG_N>(xl_acc, a, wgmma::advance(x, ra / 2), accumulate);
-        }
+      for (int ks = 0; ks < ksteps; ++ks) {
+        const uint64_t x_bk = wgmma::advance(x_t, uint32_t(band * p.band_bytes + 32 * ks));
+        const uint64_t w_bk = wgmma::advance(w_t, uint32_t(band * w_tile + 32 * ks));
+#pragma unroll
+        for (int kh = 0; kh < K; ++kh)
+#pragma unroll
+          for (int kw = 0; kw < K; ++kw) {
+            const int accumulate = band | ks | kh | kw;
+            const uint64_t a = wgmma::advance(w_bk, uint32_t((kh * K + kw) * p.bands) * w_tile);
+            const uint64_t x = wgmma::advance(x_bk, kh * row_step + uint32_t(kw * ra));
+            wgmma::mma_f16<WG_N>(xh_acc, a, x, accumulate);
+            wgmma::mma_f16<WG_N>(xl_acc, a, wgmma::advance(x, ra / 2), accumulate);
+          }
       }
     }
     wgmma::commit();
@@ -235,11 +241,22 @@ struct Config {
   Kernel kernel;
 };
 
-// The narrowest filter tile that holds M (M <= 32: each warp's 16 accumulator rows are 8 filters' hi and lo).
-const Config& pick(int64_t M) {
-  static const Config configs[] = {{8, conv28_kernel<8>}, {16, conv28_kernel<16>}, {24, conv28_kernel<24>},
-                                   {32, conv28_kernel<32>}};
+// The narrowest filter tile that holds M (M <= 32: each warp's 16 accumulator rows are 8 filters' hi and lo), for
+// K = 1, 3, 5 or 7; nullptr for another K.
+template <int K>
+const Config& pick_k(int64_t M) {
+  static const Config configs[] = {{8, conv28_kernel<8, K>}, {16, conv28_kernel<16, K>}, {24, conv28_kernel<24, K>},
+                                   {32, conv28_kernel<32, K>}};
   return igemm::narrowest_holding(configs, M);
+}
+const Config* pick(int64_t M, int64_t K) {
+  switch (K) {
+    case 1: return &pick_k<1>(M);
+    case 3: return &pick_k<3>(M);
+    case 5: return &pick_k<5>(M);
+    case 7: return &pick_k<7>(M);
+    default: return nullptr;
+  }
 }
 
 constexpr const char* kName = "gpu-split-f16-wgmma";
@@ -278,7 +295,9 @@ std::string plan(const ConvShape& s, Params& p) {
   if (s.M > 32)
     return std::string(kName) + ": M = " + std::to_string(s.M) + " filters; at most 32 (8 per warp, hi and lo in its "
                                                                  "16 accumulator rows)";
-  const Config& c = pick(s.M);
+  if (!pick(s.M, s.K))
+    return std::string(kName) + ": K = " + std::to_string(s.K) + "; its kernels are built for K = 1, 3, 5 and 7";
+  const Config& c = *pick(s.M, s.K);
   const int64_t ch = s.C <= 16 ? 16 : 32, Cp = (s.C + ch - 1) / ch * ch, Ho = s.Ho(), Wo = s.Wo();
   if (s.H * s.W * Cp > (int64_t(1) << 30) || s.M * Cp * s.K * s.K > INT_MAX)
     return std::string(kName) + ": an image of " + std::to_string(s.H * s.W * Cp) + " padded values or weights of " +
@@ -322,7 +341,7 @@ void conv_fwd_gpu_split_f16_wgmma(const float* x, const float* k, float* y, cons
   if (!why.empty()) throw std::invalid_argument(why);
   if (s.B == 0 || s.M == 0) return;
 
-  const Config& c = pick(s.M);
+  const Config& c = *pick(s.M, s.K);
   const size_t smem = smem_bytes(p);
   CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   int dev = 0, sms = 0, per_sm = 0;
