@@ -91,9 +91,9 @@ def test_more_than_32_filters_are_refused_in_one_line():
 
 @requires_gpu_module
 def test_weights_and_slabs_beyond_shared_memory_are_refused_in_one_line():
-    """32 channels of 96-pixel rows with K = 7: 256 positions reach 838 slab rows of 128 bytes."""
+    """32 channels of 96-pixel rows with K = 7: 128 positions reach 710 slab rows of 128 bytes."""
     why = check_refused_for_shared_memory(NAME, (2, 32, 96, 96, 32, 7))
-    assert why == (f"{NAME}: 32 filters' weights (196 KB) and two slabs of 838 rows (105 KB each) exceed 220 KB "
+    assert why == (f"{NAME}: 32 filters' weights (196 KB) and four slabs of 710 rows (89 KB each) exceed 227 KB "
                    "of shared memory")
 
 

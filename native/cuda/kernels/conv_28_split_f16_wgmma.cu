@@ -50,10 +50,11 @@
 namespace pyconv {
 namespace {
 
-constexpr int TILE = 256;     // positions per tile: 128 per warpgroup, the N of its wgmmas
-constexpr int THREADS = 256;  // two warpgroups
-constexpr int WG_N = 128;     // positions per warpgroup
-constexpr size_t kSmemLimit = igemm::kSmemLimit;
+constexpr int TILE = 128;     // positions per tile: the N of a warpgroup's wgmmas
+constexpr int THREADS = 256;  // two warpgroups, each on its own tiles
+constexpr int WG_N = TILE;
+constexpr int WG_THREADS = 128;
+constexpr size_t kSmemLimit = 227 * 1024;  // sm_90's most per block (opted in): the sweep's s17 needs 221 KB
 
 struct Params {
   int H, W, K, Cp, Ho, Wo, P, M;
@@ -71,8 +72,9 @@ struct Params {
   long long tiles;      // this launch's tiles
 };
 
-// Shared memory: the weights, then two slab buffers, from a 1024-byte aligned base (the swizzle's origin).
-size_t smem_bytes(const Params& p) { return 1024 + size_t(p.w_bytes) + 2 * size_t(p.slab_bytes); }
+// Shared memory: the weights, then two slab buffers per warpgroup, from a 1024-byte aligned base (the swizzle's
+// origin).
+size_t smem_bytes(const Params& p) { return 1024 + size_t(p.w_bytes) + 4 * size_t(p.slab_bytes); }
 
 // Row R of a (tap, band) weight tile: warp R / 16's rows hold filters 8 (R / 16) .. + 7, hi halves in its rows 0-7
 // and lo halves in 8-15, so that an accumulator thread holds a filter's hi and lo products (rows g and g + 8).
@@ -115,29 +117,36 @@ __global__ void __launch_bounds__(THREADS, 1)
   const uint32_t w_s = (igemm::smem_u32(smem4) + 1023u) & ~1023u, slab0 = w_s + uint32_t(p.w_bytes);
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int HW = p.H * p.W, ra = 4 * p.ch, rb = 2 * p.ch;  // row bytes of the slab and of the weights
-  long long t = blockIdx.x;
+  const int wtid = tid & (WG_THREADS - 1);
+  long long t = 2 * (long long)blockIdx.x + wg;  // this warpgroup's tiles: t, t + 2 gridDim.x, ...
+  const long long t_step = 2 * (long long)gridDim.x;
 
+  // The weights, by the whole block, before the warpgroups part ways.
   for (int i = tid; i < p.w_bytes / 16; i += THREADS) planes::cp_async16(w_s + 16 * i, w + i, true);
+  asm volatile("cp.async.commit_group;");
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  wgmma::fence_proxy_async();
+  __syncthreads();
   // The first pixel (of the launch's planes) of tile t.
   auto first = [&](long long tile) -> long long {
     if (!p.per_image) return tile * TILE;
     const long long b = tile / p.tiles_per_image;
     return b * HW + (tile - b * p.tiles_per_image) * TILE;
   };
-  // Tile t's slab into buffer buf: row r of band b is pixel first(t) + r's channels b*ch .. b*ch + ch - 1, hi then
-  // lo, swizzled; rows past the launch's pixels are zero (they reach only positions that are not stored). Thread
-  // tid copies piece q = tid % per_row of rows tid / per_row + k * stride: the same swizzled piece in every row it
-  // copies (stride is a multiple of the 8-row pattern), so each copy costs a few additions.
-  const int per_row = ra / 16, half_row = per_row / 2, q = tid % per_row, stride = THREADS / per_row;
+  // Tile t's slab into this warpgroup's buffer buf: row r of band b is pixel first(t) + r's channels b*ch .. b*ch +
+  // ch - 1, hi then lo, swizzled; rows past the launch's pixels are zero (they reach only positions that are not
+  // stored). Thread wtid copies piece q = wtid % per_row of rows wtid / per_row + k * stride: the same swizzled
+  // piece in every row it copies (stride is a multiple of the 8-row pattern), so each copy costs a few additions.
+  const int per_row = ra / 16, half_row = per_row / 2, q = wtid % per_row, stride = WG_THREADS / per_row;
   const bool q_lo = q >= half_row;
   const __half* q_plane = q_lo ? xl : xh;
   const int q_chan = 8 * (q - (q_lo ? half_row : 0));
   auto load_slab = [&](long long tile, int buf) {
     const long long p0 = first(tile);
-    const int r0 = tid / per_row;
+    const int r0 = wtid / per_row;
     const uint32_t q_at = wgmma::swizzle(uint32_t(r0 * ra + 16 * q), ra);  // the same for r0 + k * stride
     for (int band = 0; band < p.bands; ++band) {
-      uint32_t dst = slab0 + uint32_t(buf * p.slab_bytes + band * p.band_bytes) + q_at;
+      uint32_t dst = slab0 + uint32_t((2 * wg + buf) * p.slab_bytes + band * p.band_bytes) + q_at;
       long long pix = p0 + r0;
       const __half* src = q_plane + pix * p.Cp + band * p.ch + q_chan;
       for (int r = r0; r < p.slab_rows; r += stride) {
@@ -150,22 +159,25 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
   };
   if (t < p.tiles) load_slab(t, 0);
-  asm volatile("cp.async.commit_group;");  // with the weights
+  asm volatile("cp.async.commit_group;");
 
   const int ksteps = p.ch / 16;
   // This thread's filter and positions: rows g (hi) and g + 8 (lo) of its warp's 16 hold filter 8 warp + g;
   // columns 8j + 2c + e (j < 16, e < 2) of its warpgroup's 128 positions.
   const int g = lane >> 2, c2 = 2 * (lane & 3), f = 8 * warp + g;
   float xh_acc[WG_N / 2], xl_acc[WG_N / 2];  // (W.hi | W.lo) * X.hi and (W.hi | W.lo) * X.lo
-  for (int it = 0; t < p.tiles; ++it, t += gridDim.x) {
-    asm volatile("cp.async.wait_group 0;" ::: "memory");  // this tile's slab (and the weights) are in
+  // The two warpgroups run their tiles independently (a named barrier each), so that one's epilogue and copies
+  // overlap the other's wgmmas.
+  for (int it = 0; t < p.tiles; ++it, t += t_step) {
+    asm volatile("cp.async.wait_group 0;" ::: "memory");  // this tile's slab is in
     wgmma::fence_proxy_async();
-    __syncthreads();  // ... for every thread; and every warpgroup is done with tile it - 1 and its buffer
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + wg), "n"(WG_THREADS) : "memory");  // ... for the warpgroup, and
+                                                          // it is done with tile it - 1 and that buffer
 
     wgmma::fence();
     // A: the (tap, band) weight tile (64 rows read; past 2 BN they are the next tile's, and their products are
     // never used); B: this warpgroup's 128 slab rows from row `shift` (hi at the row's start, lo half a row on).
-    const uint64_t x_t = wgmma::desc(slab0 + uint32_t((it & 1) * p.slab_bytes + wg * WG_N * ra), ra);
+    const uint64_t x_t = wgmma::desc(slab0 + uint32_t((2 * wg + (it & 1)) * p.slab_bytes), ra);
     const uint64_t w_t = wgmma::desc(w_s, rb);
     // The taps unrolled (K is a template argument): the warps must issue the wgmmas as fast as the tensor cores
     // run them, and a division per tap held them back (Nsight Compute's stall sampling on the sweep's s08).
@@ -190,14 +202,14 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     wgmma::commit();
     // While the tensor cores work: the next tile's slab into the other buffer (tile it - 1's, done with).
-    if (t + gridDim.x < p.tiles) load_slab(t + gridDim.x, (it + 1) & 1);
+    if (t + t_step < p.tiles) load_slab(t + t_step, (it + 1) & 1);
     asm volatile("cp.async.commit_group;");
     wgmma::wait<0>();
 
     // Epilogue: out = W.hi X.hi + 2^-11 (W.lo X.hi + W.hi X.lo), position by position, walking (b, oh, ow) and
     // the output row they fall in.
     if (f < p.M && 8 * warp < BN) {
-      const long long pos0 = first(t) + wg * WG_N + c2;
+      const long long pos0 = first(t) + c2;
       long long b = pos0 / HW;
       int j = int(pos0 - b * HW), oh = j / p.W, ow = j - oh * p.W;
       float* row = y + (b * p.M + f) * (long long)p.P + (long long)oh * p.Wo;
@@ -305,10 +317,10 @@ std::string plan(const ConvShape& s, Params& p) {
   const int64_t rows = TILE + (s.K - 1) * s.W + s.K - 1, bands = Cp / ch;
   const int64_t band_bytes = (rows * 4 * ch + 1023) / 1024 * 1024, slab = bands * band_bytes;
   const int64_t wts = (s.K * s.K * bands * 2 * c.bn + 64 - 2 * c.bn) * 2 * ch;
-  const int64_t smem = 1024 + wts + 2 * slab;
+  const int64_t smem = 1024 + wts + 4 * slab;
   if (smem > int64_t(kSmemLimit))
     return std::string(kName) + ": " + std::to_string(c.bn) + " filters' weights (" + std::to_string(wts / 1024) +
-           " KB) and two slabs of " + std::to_string(rows) + " rows (" + std::to_string(slab / 1024) +
+           " KB) and four slabs of " + std::to_string(rows) + " rows (" + std::to_string(slab / 1024) +
            " KB each) exceed " + std::to_string(kSmemLimit / 1024) + " KB of shared memory";
   p.H = int(s.H); p.W = int(s.W); p.K = int(s.K); p.Cp = int(Cp);
   p.Ho = int(Ho); p.Wo = int(Wo); p.P = int(Ho * Wo); p.M = int(s.M);
@@ -362,7 +374,7 @@ void conv_fwd_gpu_split_f16_wgmma(const float* x, const float* k, float* y, cons
       [&](const __half* xh, const __half* xl, const __half* w, const __half*, int64_t b0, int64_t nb) {
         p.pixels = nb * s.H * s.W;
         p.tiles = p.per_image ? nb * p.tiles_per_image : (p.pixels + TILE - 1) / TILE;
-        const long long blocks = std::min(p.tiles, resident);
+        const long long blocks = std::min((p.tiles + 1) / 2, resident);
         c.kernel<<<unsigned(blocks), THREADS, smem, st>>>(xh, xl, reinterpret_cast<const uint4*>(w),
                                                          y + b0 * s.M * p.P, p);
       });
