@@ -1,10 +1,10 @@
-"""Step 27 (gpu-split-f16-wgmma) at the edges of what it adds to step 26: channel counts that pad to the next 16
-(C = 1, 3, 9, 29, 70) and several 16-channel units (C = 40, 70: the slab double-buffered), K = 1 (no halo, the
-next slab is the newest copy), tiles whose 128 pixels span one row or many (Wo from 1 to 148), cross one image
-boundary or many (images of 4 pixels), every filter tile (M from 1 to 130), pixel counts that are not a multiple
-of 128, and a batch cut into chunks of planes. The FP16-range contract: an input beyond
-65504 reaches its outputs as inf or NaN, never as a wrong finite number. Inputs past 2^31 elements are left to
-`invoke bench --sweep`, which checks every row at batch 10000 on the device."""
+"""Step 28 (gpu-split-f16-wgmma) at the edges of what it adds to step 27: channel counts that pad to 16 or to a
+multiple of 32 (C = 1, 3, 9, 29) and several bands of 32 channels (C = 33, 40, 50, 70), K = 1 (no halo) to 7, tiles
+of 128 flat positions that start at each image's first row or run on across images (images of 4 pixels: 32 to a
+tile), rows of one output pixel (Wo = 1), every filter tile (M from 1 to 32; the last warp's rows partly or wholly
+unused), persistent blocks whose two warpgroups loop over many tiles, and a batch cut into chunks of planes. The
+FP16-range contract: an input beyond 65504 reaches its outputs as inf or NaN, never as a wrong finite number. Inputs
+past 2^31 elements are left to `invoke bench --sweep`, which checks every row at batch 10000 on the device."""
 
 from __future__ import annotations
 

@@ -9,27 +9,38 @@
 // registers and wait for it; wgmma takes a descriptor of the operand in shared memory.
 //
 // How:
-// - The output tile is 128 consecutive positions j = oh * W + ow of one image's FLAT input grid (ow up to W - 1,
-//   not Wo - 1): then tap (kh, kw) of the whole tile is the slab's rows j + kh * W + kw, a contiguous run, and the
-//   tap's A operand is one descriptor with a shifted start. Positions with ow >= Wo or oh >= Ho are computed and
-//   not stored: W / Wo more work (s37: 16%) for operands that need no gather at all.
-// - The slab: rows j0 .. j0 + 127 + (K - 1) * W + K - 1 of the image's planes (split_planes.cuh; channels padded
-//   to 16), all channels, laid out [plane hi/lo][8-channel group][row] with 16-byte rows: wgmma's no-swizzle
-//   K-major layout (cuda/runtime/wgmma_f16.cuh) with the two 8-channel halves of a k16 step one group apart.
-//   Double-buffered: the next tile's slab loads (cp.async) while this tile multiplies.
-// - The weights of the block's BN filters, all taps and channels, stay in shared memory for the block's life, laid
-//   out [tap][8-channel group][hi rows 0..BN-1, lo rows BN..2BN-1][16 bytes]. Blocks are persistent (as many as
-//   fit on the GPU), each looping over tiles, so the weights are read from L2 once per block.
-// - Per tap and k16 step two wgmmas per warpgroup (2 warpgroups, 64 positions each): A.hi x [B.hi | B.lo] with N =
-//   2 BN gives hi*hi and hi*lo side by side, and A.lo x B.hi with N = BN gives lo*hi: step 25's three products per
-//   term, with A.hi read once for two of them.
-// - Epilogue from registers: each valid position's BN filters written to y (NCHW) as out = hi*hi + 2^-11 (hi*lo +
-//   lo*hi).
-// - Refused: weights plus two slabs beyond shared memory (deep, wide-filter or wide-image layers; steps 26 and 27
-//   take those), and any GPU or build without sm_90a code (wgmma exists only there; the file is compiled for
-//   sm_90a besides the build's architectures, CMakeLists.txt).
+// - A warpgroup's tile is 128 consecutive positions j = oh * W + ow of the FLAT input grid (ow up to W - 1, not
+//   Wo - 1): tap (kh, kw) of the whole tile is then the slab's rows j + kh * W + kw, a contiguous run, and the
+//   tap's operand is one descriptor with a shifted start. Positions with ow >= Wo or oh >= Ho are computed and not
+//   stored: W / Wo more work (s37: 16%) for operands that need no gather at all. Tiles start at each image's first
+//   row, or run on across images when that leaves fewer such positions (small images).
+// - The slab: rows j0 .. j0 + 127 + (K - 1) * W + K - 1 of the planes (split_planes.cuh; channels padded to 16, or
+//   to a multiple of 32), in bands of 32 (or 16) channels, each row the band's hi halves then its lo halves: 128-
+//   (or 64-) byte rows in wgmma's swizzled K-major layout (cuda/runtime/wgmma_f16.cuh). A row-shifted start needs no
+//   base offset (checked on an H200: the field set gave wrong products).
+// - Filters are the wgmma's M and positions its N (m64n128k16). Warp w's 16 accumulator rows are filters 8w .. 8w +
+//   7: their hi weights in rows 0-7 and their lo weights in rows 8-15, so one thread holds a filter's hi and lo
+//   products. Per tap and k16 step two wgmmas: [W.hi; W.lo] x X.hi and [W.hi; W.lo] x X.lo; out = W.hi X.hi +
+//   2^-11 (W.lo X.hi + W.hi X.lo), step 25's three products (W.lo X.lo is computed and dropped). Hence M <= 32.
+// - The weights (all taps and channels, 64-row reads past the last tile zeroed) stay in shared memory for the
+//   block's life. Blocks are persistent; their two warpgroups each loop over their own tiles with their own
+//   double-buffered slab and a named barrier, so that one's epilogue and copies overlap the other's wgmmas. The next
+//   tile's slab is queued after the tile's wgmmas, while they run.
+// - K is a template argument (1, 3, 5, 7) and the taps are unrolled: the warps must issue wgmmas as fast as the
+//   tensor cores run them.
+// - Refused: M > 32, other K, weights plus four slabs beyond shared memory (deep or wide-image layers; steps 26 and
+//   27 take those), and any GPU or build without sm_90a code (wgmma exists only there; the file is compiled for
+//   sm_90a besides the build's architectures, CMakeLists.txt, and asks which code runs).
 // - Range: as steps 19-27, a value beyond the FP16 range (|v| > 65504) becomes inf, and the outputs it reaches inf
 //   or NaN, never a quietly wrong number.
+// What each change gave (a probe launching the variant on device buffers, H200, batch 10000, CUDA events, median
+// of 5; s37 / s08 in ms, cuDNN FP32 2.2 / 1.7, step 26 3.5 / 3.0):
+// - positions as M (64 per warpgroup) and filters as N (N = 24 or 48), no-swizzle operands: 4.66 / 2.92;
+//   swizzled: 5.83 / 3.63. Small-N wgmmas: the tensor cores were idle most of the time.
+// - filters as M, 128 positions as N: 4.22 / 3.69. Nsight Compute (s37, batch 2000): tensor pipe 44.5% busy,
+//   0.46 eligible warps per scheduler; the next slab's copies were queued before the wgmmas.
+// - copies after the wgmmas, cheap copy addressing: 3.81 / 3.32; stall sampling (s08) then found a division per
+//   tap in the wgmma issue loop; taps unrolled: 3.04 / 2.36; the warpgroups on their own tiles: 3.02 / 2.08.
 #include <cuda_runtime.h>
 
 #include <algorithm>
