@@ -41,6 +41,15 @@
 //   0.46 eligible warps per scheduler; the next slab's copies were queued before the wgmmas.
 // - copies after the wgmmas, cheap copy addressing: 3.81 / 3.32; stall sampling (s08) then found a division per
 //   tap in the wgmma issue loop; taps unrolled: 3.04 / 2.36; the warpgroups on their own tiles: 3.02 / 2.08.
+// - then Nsight Compute (s37, batch 2000): the tensor pipe 71% busy, the top stalls waiting on wgmma results. It is
+//   tensor-bound, and 64% of what the tensor cores compute is padding: 19 filters' hi and lo rows fill 38 of the
+//   64 rows of the first wgmma and their hi rows 19 of the second's, and 768 positions per image are computed for
+//   625 outputs. Fewer products need positions as M with a narrow N again (hi and lo of 8 channels side by side in
+//   one k16 step: N = 2 M), which the first form above did not reach.
+// Measured (results/bench-nvidia-h200-2026-11-25-sweep-step28.json, `invoke bench --sweep`, H200, batch 10000):
+// the best float32 variant on 12 of the 80 rows (ms; the previous best float32 variant; cuDNN FP32): s37 3.04
+// (step 26 3.55; 2.19: 0.72x, was 0.64x), s17 2.52 (step 26 2.76; 2.34: 0.93x, was 0.85x), s29 12.8 (step 26
+// 16.5; 31.8), s04 22.1 (step 20 26.9; 41.0).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -394,8 +403,8 @@ void conv_fwd_gpu_split_f16_wgmma(const float* x, const float* k, float* y, cons
 PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .name = "gpu-split-f16-wgmma",
     .step = 28,
-    .summary = "step 27's slab with Hopper's warpgroup MMA: every tap a shifted shared-memory descriptor, the "
-               "weights resident in persistent blocks",
+    .summary = "step 27's slab on Hopper's warpgroup MMA (sm_90a): filters x 128 positions per wgmma, every tap a "
+               "shifted shared-memory descriptor, the weights resident; M <= 32",
     .launch = conv_fwd_gpu_split_f16_wgmma,
     .supports = conv_supports_gpu_split_f16_wgmma,
     .graph_capturable = false,  // the planes' workspace grows (moves) when a larger layer comes
