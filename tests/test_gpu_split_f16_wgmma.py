@@ -99,4 +99,5 @@ def test_weights_and_slabs_beyond_shared_memory_are_refused_in_one_line():
 
 @requires_gpu_module
 def test_a_kernel_size_it_is_not_built_for_is_refused_in_one_line():
-    assert gpu().why_unsupported(NAME, 2, 3, 12, 12, 8, 4) == f"{NAME}: K = 4; its kernels are built for K = 1, 3, 5 and 7"
+    assert gpu().why_unsupported(NAME, 2, 3, 12, 12, 8, 4) == (
+        f"{NAME}: K = 4; its kernels are built for K = 1, 3, 5 and 7")
