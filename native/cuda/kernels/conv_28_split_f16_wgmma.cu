@@ -62,8 +62,10 @@
 
 #include "cuda/kernels/igemm_tiles.cuh"
 #include "cuda/kernels/split_planes.cuh"
+#include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/mma_f16.cuh"
+#include "cuda/runtime/persistent.cuh"
 #include "cuda/runtime/registry.cuh"
 #include "cuda/runtime/wgmma_f16.cuh"
 
@@ -100,8 +102,9 @@ size_t smem_bytes(const Params& p) { return 1024 + size_t(p.w_bytes) + 4 * size_
 // and lo halves in 8-15, so that an accumulator thread holds a filter's hi and lo products (rows g and g + 8).
 __host__ __device__ constexpr int tile_row_filter(int R) { return 8 * (R / 16) + R % 8; }
 
-// k[m][c][kh][kw] -> w[tap][band][2 BN rows (tile_row_filter)][ch halves], zero past C and M, each tile
-// swizzled as wgmma reads it (wgmma_f16.cuh): the image of the weights in shared memory. One thread per 16 bytes.
+// k[m][c][kh][kw] -> w[tap][band][2 BN rows (tile_row_filter)][ch halves], zero past C and M and in the rows past
+// the last tile, each tile swizzled as wgmma reads it (wgmma_f16.cuh): the image of the weights in shared memory.
+// One thread per 16 bytes.
 __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w, int M, int C, int K, int ch,
                               int bands, int BN, int pieces) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -112,7 +115,7 @@ __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int c = band * ch + 8 * q + j;
-    v[j] = (m < M && c < C) ? k[((long long)m * C + c) * K * K + tap] : 0.0f;
+    v[j] = (m < M && c < C && tap < K * K) ? k[((long long)m * C + c) * K * K + tap] : 0.0f;
   }
   uint4 hi, lo;
   planes::split8(v, hi, lo);
@@ -143,8 +146,8 @@ __global__ void __launch_bounds__(THREADS, 1)
 
   // The weights, by the whole block, before the warpgroups part ways.
   for (int i = tid; i < p.w_bytes / 16; i += THREADS) planes::cp_async16(w_s + 16 * i, w + i, true);
-  asm volatile("cp.async.commit_group;");
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  cp_async_commit();
+  cp_async_wait(1);
   wgmma::fence_proxy_async();
   __syncthreads();
   // The first pixel (of the launch's planes) of tile t.
@@ -179,7 +182,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
   };
   if (t < p.tiles) load_slab(t, 0);
-  asm volatile("cp.async.commit_group;");
+  cp_async_commit();
 
   const int ksteps = p.ch / 16;
   // This thread's filter and positions: rows g (hi) and g + 8 (lo) of its warp's 16 hold filter 8 warp + g;
@@ -189,7 +192,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   // The two warpgroups run their tiles independently (a named barrier each), so that one's epilogue and copies
   // overlap the other's wgmmas.
   for (int it = 0; t < p.tiles; ++it, t += t_step) {
-    asm volatile("cp.async.wait_group 0;" ::: "memory");  // this tile's slab is in
+    cp_async_wait(1);  // this tile's slab is in
     wgmma::fence_proxy_async();
     asm volatile("bar.sync %0, %1;" ::"r"(1 + wg), "n"(WG_THREADS) : "memory");  // ... for the warpgroup, and
                                                           // it is done with tile it - 1 and that buffer
@@ -223,7 +226,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     wgmma::commit();
     // While the tensor cores work: the next tile's slab into the other buffer (tile it - 1's, done with).
     if (t + t_step < p.tiles) load_slab(t + t_step, (it + 1) & 1);
-    asm volatile("cp.async.commit_group;");
+    cp_async_commit();
     wgmma::wait<0>();
 
     // Epilogue: out = W.hi X.hi + 2^-11 (W.lo X.hi + W.hi X.lo), position by position, walking (b, oh, ow) and
@@ -260,7 +263,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       }
     }
   }
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  cp_async_wait(1);
 #else
   __trap();  // never launched: supports() refuses where this code runs (has_wgmma)
 #endif
@@ -375,19 +378,13 @@ void conv_fwd_gpu_split_f16_wgmma(const float* x, const float* k, float* y, cons
 
   const Config& c = *pick(s.M, s.K);
   const size_t smem = smem_bytes(p);
-  CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  int dev = 0, sms = 0, per_sm = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, c.kernel, THREADS, smem));
-  const long long resident = (long long)sms * std::max(per_sm, 1);
+  const long long resident = persistent_blocks(kName, c.kernel, THREADS, smem);
   // The weights' image is w_bytes; run_in_chunks keeps two planes of wplane halves for it, one after the other.
   const size_t wplane = (size_t(p.w_bytes) / 2 + 1) / 2;
   planes::run_in_chunks(
       x, s, p.Cp, wplane, st,
       [&](uint4* w, uint4*, unsigned) {
-        const int pieces = int(s.K * s.K) * p.bands * 2 * c.bn * (p.ch / 8);
-        CUDA_CHECK(cudaMemsetAsync(w, 0, p.w_bytes, st));  // the rows past the last tile
+        const int pieces = p.w_bytes / 16;
         split_weights<<<unsigned((pieces + 255) / 256), 256, 0, st>>>(k, w, int(s.M), int(s.C), int(s.K), p.ch,
                                                                       p.bands, c.bn, pieces);
       },
