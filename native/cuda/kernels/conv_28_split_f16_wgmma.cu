@@ -55,10 +55,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <mutex>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "cuda/kernels/igemm_tiles.cuh"
 #include "cuda/kernels/split_planes.cuh"
@@ -68,6 +66,7 @@
 #include "cuda/runtime/persistent.cuh"
 #include "cuda/runtime/registry.cuh"
 #include "cuda/runtime/wgmma_f16.cuh"
+#include "cuda/runtime/wgmma_probe.cuh"
 
 namespace pyconv {
 namespace {
@@ -120,15 +119,6 @@ __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w
   uint4 hi, lo;
   planes::split8(v, hi, lo);
   w[wgmma::swizzle(uint32_t(16 * i), 2 * ch) / 16] = (R % 16) < 8 ? hi : lo;
-}
-
-// 1 where the code that runs was compiled for sm_90a (the only target with wgmma), else 0.
-__global__ void has_wgmma(int* flag) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  *flag = 1;
-#else
-  *flag = 0;
-#endif
 }
 
 template <int BN, int K>
@@ -265,7 +255,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   }
   cp_async_wait(1);
 #else
-  __trap();  // never launched: supports() refuses where this code runs (has_wgmma)
+  __trap();  // never launched: supports() refuses where this code runs (wgmma_probe.cuh)
 #endif
 }
 
@@ -295,35 +285,6 @@ const Config* pick(int64_t M, int64_t K) {
 }
 
 constexpr const char* kName = "gpu-split-f16-wgmma";
-
-// "" when the current device runs this file's sm_90a code, else why not; asked once per device.
-std::string wgmma_available() {
-  static std::mutex mu;
-  static std::vector<int> known;  // per device: -1 not asked, 0 no, 1 yes
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    cudaGetLastError();
-    return std::string(kName) + ": no CUDA device";
-  }
-  std::lock_guard<std::mutex> lock(mu);
-  if (known.size() <= size_t(dev)) known.resize(dev + 1, -1);
-  if (known[dev] < 0) {
-    cudaDeviceProp prop{};
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-    int yes = 0;
-    if (prop.major == 9 && prop.minor == 0) {
-      int* flag = nullptr;
-      CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
-      has_wgmma<<<1, 1>>>(flag);
-      const cudaError_t launched = cudaGetLastError();
-      if (launched == cudaSuccess) CUDA_CHECK(cudaMemcpy(&yes, flag, sizeof(int), cudaMemcpyDeviceToHost));
-      CUDA_CHECK(cudaFree(flag));
-    }
-    known[dev] = yes;
-  }
-  return known[dev] ? "" : std::string(kName) + ": needs a GPU of compute capability 9.0 and this build's sm_90a code "
-                                                "(wgmma)";
-}
 
 // Fills p for s (the launch's pixels and tiles are set per chunk of images); "" when supported, else why not.
 std::string plan(const ConvShape& s, Params& p) {
@@ -366,13 +327,13 @@ std::string plan(const ConvShape& s, Params& p) {
 std::string conv_supports_gpu_split_f16_wgmma(const ConvShape& s) {
   Params p{};
   const std::string why = plan(s, p);
-  return why.empty() ? wgmma_available() : why;
+  return why.empty() ? wgmma::unavailable(kName) : why;
 }
 
 void conv_fwd_gpu_split_f16_wgmma(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st) {
   Params p{};
   std::string why = plan(s, p);
-  if (why.empty()) why = wgmma_available();
+  if (why.empty()) why = wgmma::unavailable(kName);
   if (!why.empty()) throw std::invalid_argument(why);
   if (s.B == 0 || s.M == 0) return;
 

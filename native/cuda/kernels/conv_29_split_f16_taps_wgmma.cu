@@ -1,0 +1,341 @@
+// Step 29 -- gpu-split-f16-taps-wgmma: step 28 with the filter taps kw folded into the wgmma's M, so that few
+// filters no longer leave most of its 64 rows empty.
+//
+// Why: step 28 is tensor-bound on the sweep's small-image rows where cuDNN FP32 still wins, and 64% of what its
+// tensor cores compute there is padding (s37: C=29 29x29 M=19 K=5; 19 filters' hi and lo rows fill 38 of a
+// wgmma's 64 rows, their hi rows 19 of the other's; Nsight Compute in step 28's header;
+// results/bench-nvidia-h200-2026-11-25-sweep-step28.json: s37 0.72x cuDNN FP32, s17 0.93x).
+//
+// How (step 28's slab, swizzle and persistent blocks; what differs):
+// - Rows are (filter f, tap column kw) pairs, r = f K + kw, R = M K of them: row r times the slab's 128 positions
+//   from the tile's row kh W gives, in column c, tap row kh of tap (f, kw) at position c - kw... that is, the
+//   contribution of taps (kh, kw) to output position c - kw. Summed over kh, band and k16 step in the
+//   accumulators; the epilogue adds the K columns kw apart: out(f, q) = sum over kw of row (f, kw), column q + kw.
+//   So each tile stores 128 - (K - 1) outputs, and one wgmma covers a tap row of 64 / K filters, not 32 filters'
+//   single tap.
+// - Warpgroup g of the block holds pairs 64 g .. 64 g + 63 in two accumulators, hi (W.hi X.hi) and lo (W.lo X.hi +
+//   W.hi X.lo, both 2^11 up): three wgmmas per kh, band and k16 step, and no row computed twice (step 28 computed
+//   W.lo X.lo and dropped it). The block's warpgroups (ceil(R / 64), at most 3) share one tile and its slab.
+// - Epilogue: each thread writes hi + 2^-11 lo of its rows to a staging area in shared memory (one float per pair
+//   and column); after a barrier the block sums each output's K columns. The sum of a tile runs while the tensor
+//   cores work on the next tile.
+// - Refused: R > 192 (three warpgroups of 128 accumulators per thread), K other than 1, 3, 5, 7, shared memory
+//   beyond 227 KB, and any GPU or build without sm_90a code (wgmma_probe.cuh).
+// - Range: as steps 19-28, a value beyond the FP16 range (|v| > 65504) becomes inf, and the outputs it reaches inf
+//   or NaN, never a quietly wrong number.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "cuda/kernels/igemm_tiles.cuh"
+#include "cuda/kernels/split_planes.cuh"
+#include "cuda/runtime/cp_async.cuh"
+#include "cuda/runtime/cuda_check.cuh"
+#include "cuda/runtime/mma_f16.cuh"
+#include "cuda/runtime/persistent.cuh"
+#include "cuda/runtime/registry.cuh"
+#include "cuda/runtime/wgmma_f16.cuh"
+#include "cuda/runtime/wgmma_probe.cuh"
+
+namespace pyconv {
+namespace {
+
+constexpr int TILE = 128;        // positions per tile: the N of every wgmma
+constexpr int WG_THREADS = 128;  // a warpgroup
+constexpr int MAX_WG = 3;        // 128 accumulators per thread: 170 registers a thread at three warpgroups
+constexpr int STAGE_STRIDE = TILE + 8;  // floats per staged row: float2 writes of 8 rows fall in distinct banks
+constexpr size_t kSmemLimit = 227 * 1024;
+
+struct Params {
+  int H, W, Cp, Ho, Wo, P, M;
+  int R;                // M * K (filter, tap column) pairs
+  int ch;               // channels per band: 16 (C <= 16) or 32
+  int bands;            // Cp / ch
+  int per_image;        // 1: tiles start at each image's first position; 0: tiles run on across images
+  int tiles_per_image;  // ceil(Ho * W / (TILE - K + 1)) when per_image
+  int slab_rows;        // TILE + (K - 1) * W
+  int band_bytes;       // one band of a slab: slab_rows rows of 4 ch bytes (hi, lo), rounded up to 1024
+  int slab_bytes;       // one slab buffer: bands * band_bytes
+  int w_bytes;          // the weights: K * bands * warpgroups * 2 (hi, lo) tiles of 64 rows of 2 ch bytes
+  int stage_bytes;      // R rows of STAGE_STRIDE floats
+  long long pixels;     // this launch's images' pixels: images * H * W
+  long long tiles;      // this launch's tiles
+};
+
+// Shared memory: the weights, two slab buffers and the staging area, from a 1024-byte aligned base (the
+// swizzle's origin).
+size_t smem_bytes(const Params& p) {
+  return 1024 + size_t(p.w_bytes) + 2 * size_t(p.slab_bytes) + size_t(p.stage_bytes);
+}
+
+// k[m][c][kh][kw] -> w[kh][band][warpgroup][hi, lo][64 rows: pairs r = f K + kw][ch halves], zero past C and R,
+// each tile swizzled as wgmma reads it (wgmma_f16.cuh): the image of the weights in shared memory. One thread per
+// 16 bytes.
+__global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w, int M, int C, int K, int ch,
+                              int bands, int wgs, int pieces) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= pieces) return;
+  const int per_row = ch / 8, q = i % per_row, row_i = i / per_row, tile = row_i / 64;
+  const int part = tile % 2, g = (tile / 2) % wgs, band = (tile / 2 / wgs) % bands, kh = tile / 2 / wgs / bands;
+  const int r = 64 * g + row_i % 64, f = r / K, kw = r % K;
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int c = band * ch + 8 * q + j;
+    v[j] = (f < M && c < C) ? k[(((long long)f * C + c) * K + kh) * K + kw] : 0.0f;
+  }
+  uint4 hi, lo;
+  planes::split8(v, hi, lo);
+  w[wgmma::swizzle(uint32_t(16 * i), 2 * ch) / 16] = part == 0 ? hi : lo;
+}
+
+template <int NWG, int K>
+__global__ void __launch_bounds__(NWG * WG_THREADS, 1)
+    conv29_kernel(const __half* __restrict__ xh, const __half* __restrict__ xl, const uint4* __restrict__ w,
+                  float* __restrict__ y, const Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int THREADS = NWG * WG_THREADS, TOUT = TILE - (K - 1);  // outputs a tile stores
+  extern __shared__ float4 smem4[];
+  const uint32_t base = igemm::smem_u32(smem4), w_s = (base + 1023u) & ~1023u, slab0 = w_s + uint32_t(p.w_bytes);
+  float* stage = reinterpret_cast<float*>(reinterpret_cast<char*>(smem4) + (slab0 - base) + 2 * p.slab_bytes);
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, wtid = tid & 127;
+  const int HW = p.H * p.W, ra = 4 * p.ch, rb = 2 * p.ch;  // row bytes of the slab and of the weights
+
+  for (int i = tid; i < p.w_bytes / 16; i += THREADS) planes::cp_async16(w_s + 16 * i, w + i, true);
+  cp_async_commit();
+
+  // The first pixel (of the launch's planes) of tile t.
+  auto first = [&](long long tile) -> long long {
+    if (!p.per_image) return tile * TOUT;
+    const long long b = tile / p.tiles_per_image;
+    return b * HW + (tile - b * p.tiles_per_image) * TOUT;
+  };
+  // Tile t's slab into buffer buf, as step 28's (by the whole block): row r of band b is pixel first(t) + r's
+  // channels b*ch .. b*ch + ch - 1, hi then lo, swizzled; rows past the launch's pixels are zero.
+  const int per_row = ra / 16, half_row = per_row / 2, q = tid % per_row, stride = THREADS / per_row;
+  const bool q_lo = q >= half_row;
+  const __half* q_plane = q_lo ? xl : xh;
+  const int q_chan = 8 * (q - (q_lo ? half_row : 0));
+  auto load_slab = [&](long long tile, int buf) {
+    const long long p0 = first(tile);
+    const int r0 = tid / per_row;
+    const uint32_t q_at = wgmma::swizzle(uint32_t(r0 * ra + 16 * q), ra);  // the same for r0 + k * stride
+    for (int band = 0; band < p.bands; ++band) {
+      uint32_t dst = slab0 + uint32_t(buf * p.slab_bytes + band * p.band_bytes) + q_at;
+      long long pix = p0 + r0;
+      const __half* src = q_plane + pix * p.Cp + band * p.ch + q_chan;
+      for (int r = r0; r < p.slab_rows; r += stride) {
+        const bool valid = pix < p.pixels;
+        planes::cp_async16(dst, valid ? src : q_plane, valid);
+        dst += uint32_t(stride * ra);
+        src += (long long)stride * p.Cp;
+        pix += stride;
+      }
+    }
+  };
+  // The outputs of tile t from the staging area: thread wtid of warpgroup g takes position q = wtid and filters
+  // g, g + NWG, ..., each the sum of its K staged columns q .. q + K - 1 (consecutive threads, consecutive
+  // columns and outputs).
+  auto store = [&](long long tile) {
+    if (wtid >= TOUT) return;
+    const long long pos = first(tile) + wtid;
+    if (pos >= p.pixels) return;
+    const long long b = pos / HW;
+    const int j = int(pos - b * HW), oh = j / p.W, ow = j - oh * p.W;
+    if (oh >= p.Ho || ow >= p.Wo) return;
+    float* out = y + b * p.M * (long long)p.P + oh * p.Wo + ow;
+    for (int f = wg; f < p.M; f += NWG) {
+      const float* s = stage + f * K * STAGE_STRIDE + wtid;
+      float sum = s[0];
+#pragma unroll
+      for (int kw = 1; kw < K; ++kw) sum += s[kw * STAGE_STRIDE + kw];
+      out[(long long)f * p.P] = sum;
+    }
+  };
+
+  long long t = blockIdx.x;
+  if (t < p.tiles) load_slab(t, 0);
+  cp_async_commit();
+
+  const int ksteps = p.ch / 16;
+  // This thread's accumulator rows (pairs) and columns: rows 16 warp + g and + 8 of its warpgroup's 64, columns
+  // 8j + c2 + e (j < 16, e < 2).
+  const int g = lane >> 2, c2 = 2 * (lane & 3), r_lo = 64 * wg + 16 * warp + g;
+  float hi[TILE / 2], lo[TILE / 2];  // W.hi X.hi; W.lo X.hi + W.hi X.lo
+  const uint64_t w_g = wgmma::desc(w_s + uint32_t(wg * 2 * 64 * rb), rb);
+  const uint32_t w_tile = uint32_t(64 * rb), row_step = uint32_t(p.W * ra);
+  long long done = -1;  // the tile whose sums are staged, not yet stored
+  for (int it = 0; t < p.tiles; ++it, t += gridDim.x) {
+    cp_async_wait(1);  // this tile's slab (and the first time the weights) is in
+    wgmma::fence_proxy_async();
+    __syncthreads();  // ... for the block; and the last tile's sums are staged
+
+    wgmma::fence();
+    const uint64_t x_t = wgmma::desc(slab0 + uint32_t((it & 1) * p.slab_bytes), ra);
+#pragma unroll 1
+    for (int band = 0; band < p.bands; ++band) {
+#pragma unroll 1
+      for (int ks = 0; ks < ksteps; ++ks) {
+        const uint64_t x_bk = wgmma::advance(x_t, uint32_t(band * p.band_bytes + 32 * ks));
+        const uint64_t w_bk = wgmma::advance(w_g, uint32_t(band * NWG * 2) * w_tile + uint32_t(32 * ks));
+#pragma unroll
+        for (int kh = 0; kh < K; ++kh) {
+          const int accumulate = band | ks | kh;
+          const uint64_t a_hi = wgmma::advance(w_bk, uint32_t(kh * p.bands * NWG * 2) * w_tile);
+          const uint64_t a_lo = wgmma::advance(a_hi, w_tile);
+          const uint64_t x = wgmma::advance(x_bk, kh * row_step);
+          wgmma::mma_f16<TILE>(hi, a_hi, x, accumulate);
+          wgmma::mma_f16<TILE>(lo, a_lo, x, accumulate);
+          wgmma::mma_f16<TILE>(lo, a_hi, wgmma::advance(x, ra / 2), 1);
+        }
+      }
+    }
+    wgmma::commit();
+    // While the tensor cores work: the next tile's slab into the other buffer (the last tile's, done with), and
+    // the last tile's outputs.
+    if (t + gridDim.x < p.tiles) load_slab(t + gridDim.x, (it + 1) & 1);
+    cp_async_commit();
+    if (done >= 0) store(done);
+    wgmma::wait<0>();
+    __syncthreads();  // every thread has stored the last tile's outputs: the staging area is free
+
+    // hi + 2^-11 lo, one float per pair and column.
+    if (r_lo < p.R) {
+      float* s = stage + r_lo * STAGE_STRIDE + c2;
+#pragma unroll
+      for (int n = 0; n < TILE / 8; ++n)
+        *reinterpret_cast<float2*>(s + 8 * n) =
+            make_float2(fmaf(lo[4 * n], kSplitUnscale, hi[4 * n]), fmaf(lo[4 * n + 1], kSplitUnscale, hi[4 * n + 1]));
+    }
+    if (r_lo + 8 < p.R) {
+      float* s = stage + (r_lo + 8) * STAGE_STRIDE + c2;
+#pragma unroll
+      for (int n = 0; n < TILE / 8; ++n)
+        *reinterpret_cast<float2*>(s + 8 * n) = make_float2(fmaf(lo[4 * n + 2], kSplitUnscale, hi[4 * n + 2]),
+                                                             fmaf(lo[4 * n + 3], kSplitUnscale, hi[4 * n + 3]));
+    }
+    done = t;
+  }
+  cp_async_wait(1);
+  __syncthreads();
+  if (done >= 0) store(done);
+#else
+  __trap();  // never launched: supports() refuses where this code runs (wgmma_probe.cuh)
+#endif
+}
+
+using Kernel = void (*)(const __half*, const __half*, const uint4*, float*, const Params);
+
+// The kernel of ceil(R / 64) warpgroups for K = 1, 3, 5 or 7 (R <= 192); nullptr for another K.
+template <int K>
+Kernel pick_k(int64_t R) {
+  static const Kernel kernels[] = {conv29_kernel<1, K>, conv29_kernel<2, K>, conv29_kernel<3, K>};
+  return kernels[std::max<int64_t>(1, (R + 63) / 64) - 1];
+}
+Kernel pick(int64_t R, int64_t K) {
+  switch (K) {
+    case 1: return pick_k<1>(R);
+    case 3: return pick_k<3>(R);
+    case 5: return pick_k<5>(R);
+    case 7: return pick_k<7>(R);
+    default: return nullptr;
+  }
+}
+
+constexpr const char* kName = "gpu-split-f16-taps-wgmma";
+
+// Fills p for s (the launch's pixels and tiles are set per chunk of images); "" when supported, else why not.
+std::string plan(const ConvShape& s, Params& p) {
+  if (s.K != 1 && s.K != 3 && s.K != 5 && s.K != 7)
+    return std::string(kName) + ": K = " + std::to_string(s.K) + "; its kernels are built for K = 1, 3, 5 and 7";
+  const int64_t R = s.M * s.K;
+  if (R > 64 * MAX_WG)
+    return std::string(kName) + ": M x K = " + std::to_string(R) + " (filter, tap column) pairs; at most " +
+           std::to_string(64 * MAX_WG) + " (64 per warpgroup, " + std::to_string(MAX_WG) + " warpgroups)";
+  const int64_t ch = s.C <= 16 ? 16 : 32, Cp = (s.C + ch - 1) / ch * ch, Ho = s.Ho(), Wo = s.Wo();
+  if (s.H * s.W * Cp > (int64_t(1) << 30))
+    return std::string(kName) + ": an image of " + std::to_string(s.H * s.W * Cp) +
+           " padded values exceeds its 32-bit offsets";
+  const int64_t wgs = std::max<int64_t>(1, (R + 63) / 64), rows = TILE + (s.K - 1) * s.W, bands = Cp / ch;
+  const int64_t band_bytes = (rows * 4 * ch + 1023) / 1024 * 1024, slab = bands * band_bytes;
+  const int64_t wts = s.K * bands * wgs * 2 * 64 * 2 * ch, stage = R * STAGE_STRIDE * 4;
+  const int64_t smem = 1024 + wts + 2 * slab + stage;
+  if (smem > int64_t(kSmemLimit))
+    return std::string(kName) + ": weights (" + std::to_string(wts / 1024) + " KB), two slabs of " +
+           std::to_string(rows) + " rows (" + std::to_string(slab / 1024) + " KB each) and " + std::to_string(R) +
+           " staged rows (" + std::to_string(stage / 1024) + " KB) exceed " + std::to_string(kSmemLimit / 1024) +
+           " KB of shared memory";
+  p.H = int(s.H); p.W = int(s.W); p.Cp = int(Cp);
+  p.Ho = int(Ho); p.Wo = int(Wo); p.P = int(Ho * Wo); p.M = int(s.M);
+  p.R = int(R);
+  p.ch = int(ch);
+  p.bands = int(bands);
+  // Tiles per image (each starting at the image's first position) or running on across images: whichever
+  // computes fewer positions that are never stored.
+  const int64_t tout = TILE - (s.K - 1);
+  p.tiles_per_image = int((Ho * s.W + tout - 1) / tout);
+  p.per_image = int64_t(p.tiles_per_image) * tout <= s.H * s.W;
+  p.slab_rows = int(rows);
+  p.band_bytes = int(band_bytes);
+  p.slab_bytes = int(slab);
+  p.w_bytes = int(wts);
+  p.stage_bytes = int(stage);
+  p.pixels = p.tiles = 0;
+  return "";
+}
+
+}  // namespace
+
+std::string conv_supports_gpu_split_f16_taps_wgmma(const ConvShape& s) {
+  Params p{};
+  const std::string why = plan(s, p);
+  return why.empty() ? wgmma::unavailable(kName) : why;
+}
+
+void conv_fwd_gpu_split_f16_taps_wgmma(const float* x, const float* k, float* y, const ConvShape& s,
+                                       cudaStream_t st) {
+  Params p{};
+  std::string why = plan(s, p);
+  if (why.empty()) why = wgmma::unavailable(kName);
+  if (!why.empty()) throw std::invalid_argument(why);
+  if (s.B == 0 || s.M == 0) return;
+
+  const int64_t R = s.M * s.K, wgs = std::max<int64_t>(1, (R + 63) / 64), tout = TILE - (s.K - 1);
+  const Kernel kernel = pick(R, s.K);
+  const int threads = int(wgs * WG_THREADS);
+  const size_t smem = smem_bytes(p);
+  const long long resident = persistent_blocks(kName, kernel, threads, smem);
+  // The weights' image is w_bytes; run_in_chunks keeps two planes of wplane halves for it, one after the other.
+  const size_t wplane = (size_t(p.w_bytes) / 2 + 1) / 2;
+  planes::run_in_chunks(
+      x, s, p.Cp, wplane, st,
+      [&](uint4* w, uint4*, unsigned) {
+        const int pieces = p.w_bytes / 16;
+        split_weights<<<unsigned((pieces + 255) / 256), 256, 0, st>>>(k, w, int(s.M), int(s.C), int(s.K), p.ch,
+                                                                      p.bands, int(wgs), pieces);
+      },
+      [&](const __half* xh, const __half* xl, const __half* w, const __half*, int64_t b0, int64_t nb) {
+        p.pixels = nb * s.H * s.W;
+        p.tiles = p.per_image ? nb * p.tiles_per_image : (p.pixels + tout - 1) / tout;
+        const long long blocks = std::min(p.tiles, resident);
+        kernel<<<unsigned(blocks), unsigned(threads), smem, st>>>(xh, xl, reinterpret_cast<const uint4*>(w),
+                                                                  y + b0 * s.M * p.P, p);
+      });
+}
+
+PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
+    .name = "gpu-split-f16-taps-wgmma",
+    .step = 29,
+    .summary = "step 28 with the taps kw folded into the wgmma's M: (filter, tap column) pairs x 128 positions, "
+               "the epilogue adding the K columns; M x K <= 192",
+    .launch = conv_fwd_gpu_split_f16_taps_wgmma,
+    .supports = conv_supports_gpu_split_f16_taps_wgmma,
+    .graph_capturable = false,  // the planes' workspace grows (moves) when a larger layer comes
+    .roles = {.m3 = on_request(kNotM3), .m4 = on_request(kNotM4), .final = candidate()},
+});
+
+}  // namespace pyconv

@@ -1,0 +1,103 @@
+"""Step 29 (gpu-split-f16-taps-wgmma) at the edges of what it adds to step 28: (filter, tap column) pairs as the
+wgmma's rows, R = M x K of them over one to three warpgroups (R = 1, 64, 65, 128, 129, 192 and the sweep's rows),
+K = 1 (nothing to add up) to 7, tiles of 128 - (K - 1) stored positions that start at each image's first row or
+run on across images, the epilogue adding K staged columns, rows of one output pixel (Wo = 1), channel counts that
+pad to 16 or to several bands of 32, persistent blocks over many tiles, and a batch cut into chunks of planes. The
+FP16-range contract: an input beyond 65504 reaches its outputs as inf or NaN, never as a wrong finite number."""
+
+from __future__ import annotations
+
+import pytest
+from built_variants import needs
+from gpu_helpers import (
+    check_beyond_fp16_range,
+    check_layers_in_turn,
+    check_refused_for_shared_memory,
+    check_shape,
+    gpu,
+    requires_gpu,
+    requires_gpu_module,
+)
+
+NAME = "gpu-split-f16-taps-wgmma"
+SEED = 2929
+pytestmark = needs(NAME)  # a student handout leaves the ladder out
+
+# (B, C, H, W, M, K); R = M x K pairs, 64 per warpgroup
+SHAPES = [
+    (1, 1, 7, 7, 5, 7),        # one output pixel, C = 1 padded to 16
+    (3, 1, 7, 7, 1, 7),        # M = 1: R = 7
+    (2, 1, 5, 5, 6, 3),        # 3 x 3 outputs in a 5-wide flat grid
+    (5, 2, 4, 4, 3, 3),        # Ho*Wo = 4
+    (7, 3, 9, 11, 7, 3),       # rectangular image
+    (1, 3, 3, 3, 9, 3),        # image = kernel
+    (2, 4, 10, 10, 64, 1),     # R = 64 exactly: one warpgroup, K = 1
+    (3, 6, 14, 13, 13, 5),     # R = 65: a second warpgroup for one pair
+    (2, 5, 12, 12, 128, 1),    # R = 128 exactly: two warpgroups
+    (2, 8, 12, 12, 43, 3),     # R = 129: a third warpgroup for one pair
+    (2, 6, 14, 14, 64, 3),     # R = 192 exactly: three warpgroups
+    (2, 29, 29, 29, 19, 5),    # the sweep's s37 at batch 2: R = 95
+    (3, 9, 31, 31, 27, 5),     # C = 9 pads to 16; R = 135
+    (2, 15, 24, 24, 27, 7),    # K = 7, C = 15 pads to 16; R = 189
+    (2, 32, 20, 20, 32, 3),    # two k16 steps per kh
+    (3, 11, 31, 31, 27, 5),    # the sweep's s08 at batch 3
+    (300, 26, 26, 26, 25, 5),  # the sweep's s17 at batch 300: 1800 tiles over the persistent blocks
+    (1, 40, 12, 12, 10, 3),    # C = 40 pads to 64: two bands
+    (2, 50, 9, 9, 12, 3),      # C = 50 pads to 64: two bands
+    (2, 70, 9, 9, 12, 1),      # C = 70 pads to 96: three bands
+    (1, 2, 150, 130, 6, 3),    # a rectangular image of 19.5K pixels
+    (257, 2, 6, 6, 8, 5),      # 257 images of 4 pixels: tiles run on across images
+    (45, 32, 96, 96, 5, 3),    # 1.2 MB of planes per image
+    (3, 16, 1500, 150, 3, 1),  # 14 MB of planes per image, K = 1
+    (25, 96, 200, 200, 4, 1),  # 15 MB per image, K = 1: the batch in two chunks
+    (2, 2, 40, 3, 5, 3),       # Wo = 1: a third of the flat grid is stored
+]
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-C{}-{}x{}-M{}-K{}".format(*s))
+def test_edge_shapes_match_reference(shape):
+    check_shape(NAME, shape, SEED)
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_beyond_fp16_range_is_never_a_wrong_number():
+    check_beyond_fp16_range(NAME, SEED)
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_a_smaller_layer_after_a_larger_one_reuses_the_workspace_correctly():
+    """The planes live in a workspace kept between calls and grown only: a small layer after a large one, then the
+    large one again."""
+    check_layers_in_turn(NAME, [(6, 30, 40, 40, 26, 3), (3, 5, 9, 9, 4, 3), (6, 30, 40, 40, 26, 3)], SEED)
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(10000, 29, 29, 29, 19, 5), (10000, 26, 26, 26, 25, 5), (10000, 11, 31, 31, 27, 5)])
+def test_the_sweeps_small_image_rows_are_supported(shape):
+    """The rows the step is for (its file's header) run at batch 10000 on a Hopper GPU."""
+    assert gpu().why_unsupported(NAME, *shape) == ""
+
+
+@requires_gpu_module
+def test_more_than_192_pairs_are_refused_in_one_line():
+    assert gpu().why_unsupported(NAME, 2, 15, 24, 24, 38, 7) == (
+        f"{NAME}: M x K = 266 (filter, tap column) pairs; at most 192 (64 per warpgroup, 3 warpgroups)")
+
+
+@requires_gpu_module
+def test_weights_slabs_and_staging_beyond_shared_memory_are_refused_in_one_line():
+    """32 channels of 96-pixel rows with K = 7 and 27 filters: 128 positions reach 704 slab rows of 128 bytes."""
+    why = check_refused_for_shared_memory(NAME, (2, 32, 96, 96, 27, 7))
+    assert why == (f"{NAME}: weights (168 KB), two slabs of 704 rows (88 KB each) and 189 staged rows (100 KB) "
+                   "exceed 227 KB of shared memory")
+
+
+@requires_gpu_module
+def test_a_kernel_size_it_is_not_built_for_is_refused_in_one_line():
+    assert gpu().why_unsupported(NAME, 2, 3, 12, 12, 8, 4) == (
+        f"{NAME}: K = 4; its kernels are built for K = 1, 3, 5 and 7")
