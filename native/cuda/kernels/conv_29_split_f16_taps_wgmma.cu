@@ -93,17 +93,18 @@ __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w
   w[wgmma::swizzle(uint32_t(16 * i), 2 * ch) / 16] = part == 0 ? hi : lo;
 }
 
-template <int NWG, int K>
+template <int NWG, int K, int KS>
 __global__ void __launch_bounds__(NWG * WG_THREADS, 1)
     conv29_kernel(const __half* __restrict__ xh, const __half* __restrict__ xl, const uint4* __restrict__ w,
                   float* __restrict__ y, const Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int THREADS = NWG * WG_THREADS, TOUT = TILE - (K - 1);  // outputs a tile stores
+  constexpr int ch = 16 * KS;  // channels per band
   extern __shared__ float4 smem4[];
   const uint32_t base = igemm::smem_u32(smem4), w_s = (base + 1023u) & ~1023u, slab0 = w_s + uint32_t(p.w_bytes);
   float* stage = reinterpret_cast<float*>(reinterpret_cast<char*>(smem4) + (slab0 - base) + 2 * p.slab_bytes);
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, wtid = tid & 127;
-  const int HW = p.H * p.W, ra = 4 * p.ch, rb = 2 * p.ch;  // row bytes of the slab and of the weights
+  const int HW = p.H * p.W, ra = 4 * ch, rb = 2 * ch;  // row bytes of the slab and of the weights
 
   for (int i = tid; i < p.w_bytes / 16; i += THREADS) planes::cp_async16(w_s + 16 * i, w + i, true);
   cp_async_commit();
@@ -127,7 +128,7 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 1)
     for (int band = 0; band < p.bands; ++band) {
       uint32_t dst = slab0 + uint32_t(buf * p.slab_bytes + band * p.band_bytes) + q_at;
       long long pix = p0 + r0;
-      const __half* src = q_plane + pix * p.Cp + band * p.ch + q_chan;
+      const __half* src = q_plane + pix * p.Cp + band * ch + q_chan;
       for (int r = r0; r < p.slab_rows; r += stride) {
         const bool valid = pix < p.pixels;
         planes::cp_async16(dst, valid ? src : q_plane, valid);
@@ -161,7 +162,6 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 1)
   if (t < p.tiles) load_slab(t, 0);
   cp_async_commit();
 
-  const int ksteps = p.ch / 16;
   // This thread's accumulator rows (pairs) and columns: rows 16 warp + g and + 8 of its warpgroup's 64, columns
   // 8j + c2 + e (j < 16, e < 2).
   const int g = lane >> 2, c2 = 2 * (lane & 3), r_lo = 64 * wg + 16 * warp + g;
@@ -178,8 +178,8 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 1)
     const uint64_t x_t = wgmma::desc(slab0 + uint32_t((it & 1) * p.slab_bytes), ra);
 #pragma unroll 1
     for (int band = 0; band < p.bands; ++band) {
-#pragma unroll 1
-      for (int ks = 0; ks < ksteps; ++ks) {
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
         const uint64_t x_bk = wgmma::advance(x_t, uint32_t(band * p.band_bytes + 32 * ks));
         const uint64_t w_bk = wgmma::advance(w_g, uint32_t(band * NWG * 2) * w_tile + uint32_t(32 * ks));
 #pragma unroll
@@ -230,21 +230,24 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 1)
 
 using Kernel = void (*)(const __half*, const __half*, const uint4*, float*, const Params);
 
-// The kernel of ceil(R / 64) warpgroups for K = 1, 3, 5 or 7 (R <= 192); nullptr for another K.
-template <int K>
+// The kernel of ceil(R / 64) warpgroups for K = 1, 3, 5 or 7 (R <= 192) and bands of 16 or 32 channels; nullptr
+// for another K.
+template <int K, int KS>
 Kernel pick_k(int64_t R) {
-  static const Kernel kernels[] = {conv29_kernel<1, K>, conv29_kernel<2, K>, conv29_kernel<3, K>};
+  static const Kernel kernels[] = {conv29_kernel<1, K, KS>, conv29_kernel<2, K, KS>, conv29_kernel<3, K, KS>};
   return kernels[std::max<int64_t>(1, (R + 63) / 64) - 1];
 }
-Kernel pick(int64_t R, int64_t K) {
+template <int KS>
+Kernel pick_ks(int64_t R, int64_t K) {
   switch (K) {
-    case 1: return pick_k<1>(R);
-    case 3: return pick_k<3>(R);
-    case 5: return pick_k<5>(R);
-    case 7: return pick_k<7>(R);
+    case 1: return pick_k<1, KS>(R);
+    case 3: return pick_k<3, KS>(R);
+    case 5: return pick_k<5, KS>(R);
+    case 7: return pick_k<7, KS>(R);
     default: return nullptr;
   }
 }
+Kernel pick(int64_t R, int64_t K, int ch) { return ch == 16 ? pick_ks<1>(R, K) : pick_ks<2>(R, K); }
 
 constexpr const char* kName = "gpu-split-f16-taps-wgmma";
 
@@ -305,7 +308,7 @@ void conv_fwd_gpu_split_f16_taps_wgmma(const float* x, const float* k, float* y,
   if (s.B == 0 || s.M == 0) return;
 
   const int64_t R = s.M * s.K, wgs = std::max<int64_t>(1, (R + 63) / 64), tout = TILE - (s.K - 1);
-  const Kernel kernel = pick(R, s.K);
+  const Kernel kernel = pick(R, s.K, p.ch);
   const int threads = int(wgs * WG_THREADS);
   const size_t smem = smem_bytes(p);
   const long long resident = persistent_blocks(kName, kernel, threads, smem);
