@@ -2,9 +2,8 @@
 wgmma's rows, R = M x K of them over one to three warpgroups (R = 1, 64, 65, 128, 129, 192 and the sweep's rows),
 K = 1 (nothing to add up) to 7, tiles of 128 - (K - 1) stored positions that start at each image's first row or
 run on across images, the epilogue adding K staged columns, rows of one output pixel (Wo = 1), channel counts that
-pad to 16 or to several bands of 32 (the slab split from the float32 images in the kernel, channels past C zero),
-persistent blocks over many tiles. The FP16-range contract: an input beyond 65504 reaches its outputs as inf or NaN,
-never as a wrong finite number."""
+pad to 16 or to several bands of 32, persistent blocks over many tiles, and a batch cut into chunks of planes. The
+FP16-range contract: an input beyond 65504 reaches its outputs as inf or NaN, never as a wrong finite number."""
 
 from __future__ import annotations
 
@@ -48,9 +47,9 @@ SHAPES = [
     (2, 70, 9, 9, 12, 1),      # C = 70 pads to 96: three bands
     (1, 2, 150, 130, 6, 3),    # a rectangular image of 19.5K pixels
     (257, 2, 6, 6, 8, 5),      # 257 images of 4 pixels: tiles run on across images
-    (45, 32, 96, 96, 5, 3),    # 96-pixel rows: 320-row slabs
-    (3, 16, 1500, 150, 3, 1),  # 225K pixels per image, K = 1
-    (25, 96, 200, 200, 4, 1),  # 96 channels of 40K pixels per image: three bands, K = 1
+    (45, 32, 96, 96, 5, 3),    # 1.2 MB of planes per image
+    (3, 16, 1500, 150, 3, 1),  # 14 MB of planes per image, K = 1
+    (25, 96, 200, 200, 4, 1),  # 15 MB per image, K = 1: the batch in two chunks
     (2, 2, 40, 3, 5, 3),       # Wo = 1: a third of the flat grid is stored
 ]
 
@@ -71,8 +70,8 @@ def test_beyond_fp16_range_is_never_a_wrong_number():
 @requires_gpu
 @pytest.mark.gpu
 def test_a_smaller_layer_after_a_larger_one_reuses_the_workspace_correctly():
-    """The weights' image lives in a workspace kept between calls and grown only: a small layer after a large one,
-    then the large one again."""
+    """The planes live in a workspace kept between calls and grown only: a small layer after a large one, then the
+    large one again."""
     check_layers_in_turn(NAME, [(6, 30, 40, 40, 26, 3), (3, 5, 9, 9, 4, 3), (6, 30, 40, 40, 26, 3)], SEED)
 
 

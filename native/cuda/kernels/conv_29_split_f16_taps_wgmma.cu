@@ -51,7 +51,7 @@ constexpr int STAGE_STRIDE = TILE + 8;  // floats per staged row: float2 writes 
 constexpr size_t kSmemLimit = 227 * 1024;
 
 struct Params {
-  int C, H, W, Cp, Ho, Wo, P, M;
+  int H, W, Cp, Ho, Wo, P, M;
   int R;                // M * K (filter, tap column) pairs
   int ch;               // channels per band: 16 (C <= 16) or 32
   int bands;            // Cp / ch
@@ -62,9 +62,8 @@ struct Params {
   int slab_bytes;       // one slab buffer: bands * band_bytes
   int w_bytes;          // the weights: K * bands * warpgroups * 2 (hi, lo) tiles of 64 rows of 2 ch bytes
   int stage_bytes;      // R rows of STAGE_STRIDE floats
-  long long images;     // the batch
-  long long pixels;     // its pixels: images * H * W
-  long long tiles;      // its tiles
+  long long pixels;     // this launch's images' pixels: images * H * W
+  long long tiles;      // this launch's tiles
 };
 
 // Shared memory: the weights, two slab buffers and the staging area, from a 1024-byte aligned base (the
@@ -96,7 +95,8 @@ __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w
 
 template <int NWG, int K, int KS>
 __global__ void __launch_bounds__(NWG * WG_THREADS, 1)
-    conv29_kernel(const float* __restrict__ x, const uint4* __restrict__ w, float* __restrict__ y, const Params p) {
+    conv29_kernel(const __half* __restrict__ xh, const __half* __restrict__ xl, const uint4* __restrict__ w,
+                  float* __restrict__ y, const Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int THREADS = NWG * WG_THREADS, TOUT = TILE - (K - 1);  // outputs a tile stores
   constexpr int ch = 16 * KS;  // channels per band
@@ -104,45 +104,37 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 1)
   const uint32_t base = igemm::smem_u32(smem4), w_s = (base + 1023u) & ~1023u, slab0 = w_s + uint32_t(p.w_bytes);
   float* stage = reinterpret_cast<float*>(reinterpret_cast<char*>(smem4) + (slab0 - base) + 2 * p.slab_bytes);
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, wtid = tid & 127;
-  constexpr int ra = 4 * ch, rb = 2 * ch;  // row bytes of the slab and of the weights
+  const int HW = p.H * p.W, ra = 4 * ch, rb = 2 * ch;  // row bytes of the slab and of the weights
 
   for (int i = tid; i < p.w_bytes / 16; i += THREADS) planes::cp_async16(w_s + 16 * i, w + i, true);
   cp_async_commit();
 
-  const int HW = p.H * p.W;
-  // The first pixel (of the launch's images) of tile t.
+  // The first pixel (of the launch's planes) of tile t.
   auto first = [&](long long tile) -> long long {
     if (!p.per_image) return tile * TOUT;
     const long long b = tile / p.tiles_per_image;
     return b * HW + (tile - b * p.tiles_per_image) * TOUT;
   };
-  // Tile t's slab into buffer buf, split here from the float32 images (no planes written and read back first):
-  // row r of band b is pixel first(t) + r's channels b*ch .. b*ch + ch - 1, hi then lo, swizzled; rows past the
-  // launch's pixels and channels past C are zero. Item i = (8-channel group, row), rows fastest: a warp's 8 loads
-  // (one per channel) each cover 32 consecutive pixels, and its 16-byte stores fall in distinct banks (the
-  // swizzle). Two items in flight per thread.
-  constexpr int groups = ch / 8;
+  // Tile t's slab into buffer buf, as step 28's (by the whole block): row r of band b is pixel first(t) + r's
+  // channels b*ch .. b*ch + ch - 1, hi then lo, swizzled; rows past the launch's pixels are zero.
+  const int per_row = ra / 16, half_row = per_row / 2, q = tid % per_row, stride = THREADS / per_row;
+  const bool q_lo = q >= half_row;
+  const __half* q_plane = q_lo ? xl : xh;
+  const int q_chan = 8 * (q - (q_lo ? half_row : 0));
   auto load_slab = [&](long long tile, int buf) {
-    const long long p0 = first(tile), b0 = p0 / HW;
-    const int px0 = int(p0 - b0 * HW), items = groups * p.slab_rows;
-    const uint32_t dst0 = slab0 + uint32_t(buf * p.slab_bytes);
+    const long long p0 = first(tile);
+    const int r0 = tid / per_row;
+    const uint32_t q_at = wgmma::swizzle(uint32_t(r0 * ra + 16 * q), ra);  // the same for r0 + k * stride
     for (int band = 0; band < p.bands; ++band) {
-#pragma unroll 2
-      for (int i = tid; i < items; i += THREADS) {
-        const int gi = i / p.slab_rows, r = i - gi * p.slab_rows, at = px0 + r, db = at / HW, c0 = band * ch + 8 * gi;
-        const long long b = b0 + db;
-        const float* src = x + (b * p.C + c0) * HW + (at - db * HW);
-        const bool valid = b < p.images;
-        float v[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = valid && c0 + j < p.C ? __ldg(src + j * HW) : 0.0f;
-        uint4 hi, lo;
-        planes::split8(v, hi, lo);
-        const uint32_t row = dst0 + uint32_t(band * p.band_bytes), lin = uint32_t(r * ra + 16 * gi);
-        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(row + wgmma::swizzle(lin, ra)), "r"(hi.x),
-                     "r"(hi.y), "r"(hi.z), "r"(hi.w));
-        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(row + wgmma::swizzle(lin + 2 * ch, ra)),
-                     "r"(lo.x), "r"(lo.y), "r"(lo.z), "r"(lo.w));
+      uint32_t dst = slab0 + uint32_t(buf * p.slab_bytes + band * p.band_bytes) + q_at;
+      long long pix = p0 + r0;
+      const __half* src = q_plane + pix * p.Cp + band * ch + q_chan;
+      for (int r = r0; r < p.slab_rows; r += stride) {
+        const bool valid = pix < p.pixels;
+        planes::cp_async16(dst, valid ? src : q_plane, valid);
+        dst += uint32_t(stride * ra);
+        src += (long long)stride * p.Cp;
+        pix += stride;
       }
     }
   };
@@ -236,7 +228,7 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 1)
 #endif
 }
 
-using Kernel = void (*)(const float*, const uint4*, float*, const Params);
+using Kernel = void (*)(const __half*, const __half*, const uint4*, float*, const Params);
 
 // The kernel of ceil(R / 64) warpgroups for K = 1, 3, 5 or 7 (R <= 192) and bands of 16 or 32 channels; nullptr
 // for another K.
@@ -259,7 +251,7 @@ Kernel pick(int64_t R, int64_t K, int ch) { return ch == 16 ? pick_ks<1>(R, K) :
 
 constexpr const char* kName = "gpu-split-f16-taps-wgmma";
 
-// Fills p for s; "" when supported, else why not.
+// Fills p for s (the launch's pixels and tiles are set per chunk of images); "" when supported, else why not.
 std::string plan(const ConvShape& s, Params& p) {
   if (s.K != 1 && s.K != 3 && s.K != 5 && s.K != 7)
     return std::string(kName) + ": K = " + std::to_string(s.K) + "; its kernels are built for K = 1, 3, 5 and 7";
@@ -280,7 +272,7 @@ std::string plan(const ConvShape& s, Params& p) {
            std::to_string(rows) + " rows (" + std::to_string(slab / 1024) + " KB each) and " + std::to_string(R) +
            " staged rows (" + std::to_string(stage / 1024) + " KB) exceed " + std::to_string(kSmemLimit / 1024) +
            " KB of shared memory";
-  p.C = int(s.C); p.H = int(s.H); p.W = int(s.W); p.Cp = int(Cp);
+  p.H = int(s.H); p.W = int(s.W); p.Cp = int(Cp);
   p.Ho = int(Ho); p.Wo = int(Wo); p.P = int(Ho * Wo); p.M = int(s.M);
   p.R = int(R);
   p.ch = int(ch);
@@ -295,9 +287,7 @@ std::string plan(const ConvShape& s, Params& p) {
   p.slab_bytes = int(slab);
   p.w_bytes = int(wts);
   p.stage_bytes = int(stage);
-  p.images = s.B;
-  p.pixels = s.B * s.H * s.W;
-  p.tiles = p.per_image ? s.B * p.tiles_per_image : (p.pixels + tout - 1) / tout;
+  p.pixels = p.tiles = 0;
   return "";
 }
 
@@ -317,21 +307,27 @@ void conv_fwd_gpu_split_f16_taps_wgmma(const float* x, const float* k, float* y,
   if (!why.empty()) throw std::invalid_argument(why);
   if (s.B == 0 || s.M == 0) return;
 
-  const int64_t R = s.M * s.K, wgs = std::max<int64_t>(1, (R + 63) / 64);
+  const int64_t R = s.M * s.K, wgs = std::max<int64_t>(1, (R + 63) / 64), tout = TILE - (s.K - 1);
   const Kernel kernel = pick(R, s.K, p.ch);
   const int threads = int(wgs * WG_THREADS);
   const size_t smem = smem_bytes(p);
   const long long resident = persistent_blocks(kName, kernel, threads, smem);
-  // The weights' image, in the stream's planes workspace (split_planes.cuh; the images need none here).
-  planes::Workspace& ws = planes::workspace(st);
-  ws.weights.resize(size_t(p.w_bytes) / 2);
-  uint4* w = reinterpret_cast<uint4*>(ws.weights.get());
-  const int pieces = p.w_bytes / 16;
-  split_weights<<<unsigned((pieces + 255) / 256), 256, 0, st>>>(k, w, int(s.M), int(s.C), int(s.K), p.ch, p.bands,
-                                                                int(wgs), pieces);
-  CUDA_CHECK_LAUNCH();
-  kernel<<<unsigned(std::min(p.tiles, resident)), unsigned(threads), smem, st>>>(x, w, y, p);
-  CUDA_CHECK_LAUNCH();
+  // The weights' image is w_bytes; run_in_chunks keeps two planes of wplane halves for it, one after the other.
+  const size_t wplane = (size_t(p.w_bytes) / 2 + 1) / 2;
+  planes::run_in_chunks(
+      x, s, p.Cp, wplane, st,
+      [&](uint4* w, uint4*, unsigned) {
+        const int pieces = p.w_bytes / 16;
+        split_weights<<<unsigned((pieces + 255) / 256), 256, 0, st>>>(k, w, int(s.M), int(s.C), int(s.K), p.ch,
+                                                                      p.bands, int(wgs), pieces);
+      },
+      [&](const __half* xh, const __half* xl, const __half* w, const __half*, int64_t b0, int64_t nb) {
+        p.pixels = nb * s.H * s.W;
+        p.tiles = p.per_image ? nb * p.tiles_per_image : (p.pixels + tout - 1) / tout;
+        const long long blocks = std::min(p.tiles, resident);
+        kernel<<<unsigned(blocks), unsigned(threads), smem, st>>>(xh, xl, reinterpret_cast<const uint4*>(w),
+                                                                  y + b0 * s.M * p.P, p);
+      });
 }
 
 PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
