@@ -61,7 +61,7 @@ struct Params {
   int band_bytes;       // one band of a slab: slab_rows rows of 4 ch bytes (hi, lo), rounded up to 1024
   int slab_bytes;       // one slab buffer: bands * band_bytes
   int w_bytes;          // the weights: K * bands * warpgroups * 2 (hi, lo) tiles of 64 rows of 2 ch bytes
-  int stage_bytes;      // R rows of STAGE_STRIDE floats
+  int stage_bytes;      // 64 rows per warpgroup of STAGE_STRIDE floats
   long long pixels;     // this launch's images' pixels: images * H * W
   long long tiles;      // this launch's tiles
 };
@@ -165,16 +165,11 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 1)
   // This thread's accumulator rows (pairs) and columns: rows 16 warp + g and + 8 of its warpgroup's 64, columns
   // 8j + c2 + e (j < 16, e < 2).
   const int g = lane >> 2, c2 = 2 * (lane & 3), r_lo = 64 * wg + 16 * warp + g;
-  float hi[TILE / 2], lo[TILE / 2];  // W.hi X.hi; W.lo X.hi + W.hi X.lo
+  float hi[TILE / 2] = {}, lo[TILE / 2];  // W.hi X.hi; W.lo X.hi + W.hi X.lo
   const uint64_t w_g = wgmma::desc(w_s + uint32_t(wg * 2 * 64 * rb), rb);
   const uint32_t w_tile = uint32_t(64 * rb), row_step = uint32_t(p.W * ra);
-  long long done = -1;  // the tile whose sums are staged, not yet stored
-  for (int it = 0; t < p.tiles; ++it, t += gridDim.x) {
-    cp_async_wait(1);  // this tile's slab (and the first time the weights) is in
-    wgmma::fence_proxy_async();
-    __syncthreads();  // ... for the block; and the last tile's sums are staged
-
-    wgmma::fence();
+  // Tile it's wgmmas into hi (hi = false: W.hi X.hi) or lo (true: W.lo X.hi + W.hi X.lo), queued, not committed.
+  auto mmas = [&](int it, bool into_lo) {
     const uint64_t x_t = wgmma::desc(slab0 + uint32_t((it & 1) * p.slab_bytes), ra);
 #pragma unroll 1
     for (int band = 0; band < p.bands; ++band) {
@@ -186,43 +181,60 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 1)
         for (int kh = 0; kh < K; ++kh) {
           const int accumulate = band | ks | kh;
           const uint64_t a_hi = wgmma::advance(w_bk, uint32_t(kh * p.bands * NWG * 2) * w_tile);
-          const uint64_t a_lo = wgmma::advance(a_hi, w_tile);
           const uint64_t x = wgmma::advance(x_bk, kh * row_step);
-          wgmma::mma_f16<TILE>(hi, a_hi, x, accumulate);
-          wgmma::mma_f16<TILE>(lo, a_lo, x, accumulate);
-          wgmma::mma_f16<TILE>(lo, a_hi, wgmma::advance(x, ra / 2), 1);
+          if (into_lo) {
+            wgmma::mma_f16<TILE>(lo, wgmma::advance(a_hi, w_tile), x, accumulate);
+            wgmma::mma_f16<TILE>(lo, a_hi, wgmma::advance(x, ra / 2), 1);
+          } else {
+            wgmma::mma_f16<TILE>(hi, a_hi, x, accumulate);
+          }
         }
       }
     }
+  };
+  // The last tile's sums (hi + 2^-11 lo, left in hi), one float per pair and column, into the staging area: by
+  // every thread, rows past R too (no branch: the compiler serialises wgmmas around accumulator reads in divergent
+  // code).
+  auto stage_sums = [&]() {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float* s = stage + (r_lo + 8 * h) * STAGE_STRIDE + c2;
+#pragma unroll
+      for (int n = 0; n < TILE / 8; ++n)
+        *reinterpret_cast<float2*>(s + 8 * n) = make_float2(hi[4 * n + 2 * h], hi[4 * n + 2 * h + 1]);
+    }
+  };
+  // Per tile, so that the tensor cores always have work queued: the lo wgmmas (two thirds of the work) go first,
+  // into the free lo accumulators; while they run, the last tile's sums leave hi for the staging area; then the hi
+  // wgmmas; while all run, the next slab's copies and the last tile's outputs.
+  long long pending = -1;  // the tile whose sums are in hi
+  for (int it = 0; t < p.tiles; ++it, t += gridDim.x) {
+    cp_async_wait(1);  // this tile's slab (and the first time the weights) is in
+    wgmma::fence_proxy_async();
+    __syncthreads();  // ... for the block; and every thread has stored the tile before last: the staging area is free
+
+    wgmma::fence();
+    mmas(it, true);
     wgmma::commit();
-    // While the tensor cores work: the next tile's slab into the other buffer (the last tile's, done with), and
-    // the last tile's outputs.
+    stage_sums();  // the first time, zeros that nothing reads
+    __syncthreads();  // the last tile's sums are staged
+    wgmma::fence();   // hi was read by the staging stores
+    mmas(it, false);
+    wgmma::commit();
+    // The next tile's slab into the other buffer (the last tile's, done with), and the last tile's outputs.
     if (t + gridDim.x < p.tiles) load_slab(t + gridDim.x, (it + 1) & 1);
     cp_async_commit();
-    if (done >= 0) store(done);
+    if (pending >= 0) store(pending);
     wgmma::wait<0>();
-    __syncthreads();  // every thread has stored the last tile's outputs: the staging area is free
-
-    // hi + 2^-11 lo, one float per pair and column.
-    if (r_lo < p.R) {
-      float* s = stage + r_lo * STAGE_STRIDE + c2;
 #pragma unroll
-      for (int n = 0; n < TILE / 8; ++n)
-        *reinterpret_cast<float2*>(s + 8 * n) =
-            make_float2(fmaf(lo[4 * n], kSplitUnscale, hi[4 * n]), fmaf(lo[4 * n + 1], kSplitUnscale, hi[4 * n + 1]));
-    }
-    if (r_lo + 8 < p.R) {
-      float* s = stage + (r_lo + 8) * STAGE_STRIDE + c2;
-#pragma unroll
-      for (int n = 0; n < TILE / 8; ++n)
-        *reinterpret_cast<float2*>(s + 8 * n) = make_float2(fmaf(lo[4 * n + 2], kSplitUnscale, hi[4 * n + 2]),
-                                                             fmaf(lo[4 * n + 3], kSplitUnscale, hi[4 * n + 3]));
-    }
-    done = t;
+    for (int i = 0; i < TILE / 2; ++i) hi[i] = fmaf(lo[i], kSplitUnscale, hi[i]);
+    pending = t;
   }
   cp_async_wait(1);
   __syncthreads();
-  if (done >= 0) store(done);
+  stage_sums();
+  __syncthreads();
+  if (pending >= 0) store(pending);
 #else
   __trap();  // never launched: supports() refuses where this code runs (wgmma_probe.cuh)
 #endif
@@ -265,11 +277,11 @@ std::string plan(const ConvShape& s, Params& p) {
            " padded values exceeds its 32-bit offsets";
   const int64_t wgs = std::max<int64_t>(1, (R + 63) / 64), rows = TILE + (s.K - 1) * s.W, bands = Cp / ch;
   const int64_t band_bytes = (rows * 4 * ch + 1023) / 1024 * 1024, slab = bands * band_bytes;
-  const int64_t wts = s.K * bands * wgs * 2 * 64 * 2 * ch, stage = R * STAGE_STRIDE * 4;
+  const int64_t wts = s.K * bands * wgs * 2 * 64 * 2 * ch, stage = wgs * 64 * STAGE_STRIDE * 4;
   const int64_t smem = 1024 + wts + 2 * slab + stage;
   if (smem > int64_t(kSmemLimit))
     return std::string(kName) + ": weights (" + std::to_string(wts / 1024) + " KB), two slabs of " +
-           std::to_string(rows) + " rows (" + std::to_string(slab / 1024) + " KB each) and " + std::to_string(R) +
+           std::to_string(rows) + " rows (" + std::to_string(slab / 1024) + " KB each) and " + std::to_string(wgs * 64) +
            " staged rows (" + std::to_string(stage / 1024) + " KB) exceed " + std::to_string(kSmemLimit / 1024) +
            " KB of shared memory";
   p.H = int(s.H); p.W = int(s.W); p.Cp = int(Cp);
