@@ -46,7 +46,8 @@ namespace {
 
 constexpr int TILE = 128;        // positions per tile: the N of every wgmma
 constexpr int WG_THREADS = 128;  // a warpgroup
-constexpr int MAX_WG = 3;        // 128 accumulators per thread: 170 registers a thread at three warpgroups
+constexpr int MAX_WG = 2;        // 128 accumulators per thread: at most 204 registers a thread beside the producers
+constexpr int PRODUCERS = 64;    // two warps that copy the slabs and store the outputs
 constexpr int STAGE_STRIDE = TILE + 8;  // floats per staged row: float2 writes of 8 rows fall in distinct banks
 constexpr size_t kSmemLimit = 227 * 1024;
 
@@ -61,7 +62,7 @@ struct Params {
   int band_bytes;       // one band of a slab: slab_rows rows of 4 ch bytes (hi, lo), rounded up to 1024
   int slab_bytes;       // one slab buffer: bands * band_bytes
   int w_bytes;          // the weights: K * bands * warpgroups * 2 (hi, lo) tiles of 64 rows of 2 ch bytes
-  int stage_bytes;      // 64 rows per warpgroup of STAGE_STRIDE floats
+  int stage_bytes;      // R rows of STAGE_STRIDE floats
   long long pixels;     // this launch's images' pixels: images * H * W
   long long tiles;      // this launch's tiles
 };
@@ -93,21 +94,36 @@ __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w
   w[wgmma::swizzle(uint32_t(16 * i), 2 * ch) / 16] = part == 0 ? hi : lo;
 }
 
+// Named barriers between the warpgroups that multiply (consumers) and the warps that copy and store (producers):
+// slab buffer b full / empty, the staging area full / empty. Barrier 0 is __syncthreads.
+enum Barrier { kFull0 = 1, kEmpty0 = 3, kStageFull = 5, kStageEmpty = 6 };
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 template <int NWG, int K, int KS>
-__global__ void __launch_bounds__(NWG * WG_THREADS, 1)
+__global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
     conv29_kernel(const __half* __restrict__ xh, const __half* __restrict__ xl, const uint4* __restrict__ w,
                   float* __restrict__ y, const Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int THREADS = NWG * WG_THREADS, TOUT = TILE - (K - 1);  // outputs a tile stores
-  constexpr int ch = 16 * KS;  // channels per band
+  constexpr int CONSUMERS = NWG * WG_THREADS, THREADS = CONSUMERS + PRODUCERS;
+  constexpr int TOUT = TILE - (K - 1);  // outputs a tile stores
+  constexpr int ch = 16 * KS;           // channels per band
+  constexpr int ra = 4 * ch, rb = 2 * ch;  // row bytes of the slab and of the weights
   extern __shared__ float4 smem4[];
   const uint32_t base = igemm::smem_u32(smem4), w_s = (base + 1023u) & ~1023u, slab0 = w_s + uint32_t(p.w_bytes);
   float* stage = reinterpret_cast<float*>(reinterpret_cast<char*>(smem4) + (slab0 - base) + 2 * p.slab_bytes);
-  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, wtid = tid & 127;
-  const int HW = p.H * p.W, ra = 4 * ch, rb = 2 * ch;  // row bytes of the slab and of the weights
+  const int tid = threadIdx.x, HW = p.H * p.W;
+  const long long t0 = blockIdx.x, t_step = gridDim.x;
 
   for (int i = tid; i < p.w_bytes / 16; i += THREADS) planes::cp_async16(w_s + 16 * i, w + i, true);
   cp_async_commit();
+  cp_async_wait(1);
+  wgmma::fence_proxy_async();
+  __syncthreads();
 
   // The first pixel (of the launch's planes) of tile t.
   auto first = [&](long long tile) -> long long {
@@ -115,126 +131,134 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 1)
     const long long b = tile / p.tiles_per_image;
     return b * HW + (tile - b * p.tiles_per_image) * TOUT;
   };
-  // Tile t's slab into buffer buf, as step 28's (by the whole block): row r of band b is pixel first(t) + r's
-  // channels b*ch .. b*ch + ch - 1, hi then lo, swizzled; rows past the launch's pixels are zero.
-  const int per_row = ra / 16, half_row = per_row / 2, q = tid % per_row, stride = THREADS / per_row;
-  const bool q_lo = q >= half_row;
-  const __half* q_plane = q_lo ? xl : xh;
-  const int q_chan = 8 * (q - (q_lo ? half_row : 0));
-  auto load_slab = [&](long long tile, int buf) {
-    const long long p0 = first(tile);
-    const int r0 = tid / per_row;
-    const uint32_t q_at = wgmma::swizzle(uint32_t(r0 * ra + 16 * q), ra);  // the same for r0 + k * stride
-    for (int band = 0; band < p.bands; ++band) {
-      uint32_t dst = slab0 + uint32_t(buf * p.slab_bytes + band * p.band_bytes) + q_at;
-      long long pix = p0 + r0;
-      const __half* src = q_plane + pix * p.Cp + band * ch + q_chan;
-      for (int r = r0; r < p.slab_rows; r += stride) {
-        const bool valid = pix < p.pixels;
-        planes::cp_async16(dst, valid ? src : q_plane, valid);
-        dst += uint32_t(stride * ra);
-        src += (long long)stride * p.Cp;
-        pix += stride;
+
+  // The role, warp-uniform to the compiler (a lane's broadcast): wgmmas in code it sees as divergent are serialised.
+  const int warp_id = __shfl_sync(0xffffffffu, tid / 32, 0);
+  if (warp_id >= CONSUMERS / 32) {
+    // Producers. Tile t's slab into buffer buf, as step 28's: row r of band b is pixel first(t) + r's channels
+    // b*ch .. b*ch + ch - 1, hi then lo, swizzled; rows past the launch's pixels are zero. Thread pt copies piece
+    // q = pt % per_row of rows pt / per_row + k * stride: the same swizzled piece in every row it copies (stride is
+    // a multiple of the 8-row pattern).
+    const int pt = tid - CONSUMERS;
+    constexpr int per_row = ra / 16, half_row = per_row / 2, stride = PRODUCERS / per_row;
+    static_assert(stride % 8 == 0, "a producer's rows must keep their swizzle phase");
+    const int q = pt % per_row, r0 = pt / per_row;
+    const bool q_lo = q >= half_row;
+    const __half* q_plane = q_lo ? xl : xh;
+    const int q_chan = 8 * (q - (q_lo ? half_row : 0));
+    const uint32_t q_at = wgmma::swizzle(uint32_t(r0 * ra + 16 * q), ra);
+    auto load_slab = [&](long long tile, int buf) {
+      const long long p0 = first(tile);
+      for (int band = 0; band < p.bands; ++band) {
+        uint32_t dst = slab0 + uint32_t(buf * p.slab_bytes + band * p.band_bytes) + q_at;
+        long long pix = p0 + r0;
+        const __half* src = q_plane + pix * p.Cp + band * ch + q_chan;
+        for (int r = r0; r < p.slab_rows; r += stride) {
+          const bool valid = pix < p.pixels;
+          planes::cp_async16(dst, valid ? src : q_plane, valid);
+          dst += uint32_t(stride * ra);
+          src += (long long)stride * p.Cp;
+          pix += stride;
+        }
       }
-    }
-  };
-  // The outputs of tile t from the staging area: thread wtid of warpgroup g takes position q = wtid and filters
-  // g, g + NWG, ..., each the sum of its K staged columns q .. q + K - 1 (consecutive threads, consecutive
-  // columns and outputs).
-  auto store = [&](long long tile) {
-    if (wtid >= TOUT) return;
-    const long long pos = first(tile) + wtid;
-    if (pos >= p.pixels) return;
-    const long long b = pos / HW;
-    const int j = int(pos - b * HW), oh = j / p.W, ow = j - oh * p.W;
-    if (oh >= p.Ho || ow >= p.Wo) return;
-    float* out = y + b * p.M * (long long)p.P + oh * p.Wo + ow;
-    for (int f = wg; f < p.M; f += NWG) {
-      const float* s = stage + f * K * STAGE_STRIDE + wtid;
-      float sum = s[0];
+      cp_async_commit();
+    };
+    // Queued copies landed and made visible to the wgmmas (async proxy), then buffer buf announced full.
+    auto announce = [&](int buf) {
+      cp_async_wait(1);
+      wgmma::fence_proxy_async();
+      bar_arrive(kFull0 + buf, THREADS);
+    };
+    // Tile t's outputs from the staging area: thread pt takes positions pt, pt + PRODUCERS, ... and every filter,
+    // each output the sum of its K staged columns q .. q + K - 1 (consecutive threads, consecutive columns and
+    // outputs).
+    auto store = [&](long long tile) {
+      const long long p0 = first(tile);
+      for (int q0 = pt; q0 < TOUT; q0 += PRODUCERS) {
+        const long long pos = p0 + q0;
+        if (pos >= p.pixels) break;
+        const long long b = pos / HW;
+        const int j = int(pos - b * HW), oh = j / p.W, ow = j - oh * p.W;
+        if (oh >= p.Ho || ow >= p.Wo) continue;
+        float* out = y + b * p.M * (long long)p.P + oh * p.Wo + ow;
+        const float* s = stage + q0;
+#pragma unroll 4
+        for (int f = 0; f < p.M; ++f, s += K * STAGE_STRIDE) {
+          float sum = s[0];
 #pragma unroll
-      for (int kw = 1; kw < K; ++kw) sum += s[kw * STAGE_STRIDE + kw];
-      out[(long long)f * p.P] = sum;
+          for (int kw = 1; kw < K; ++kw) sum += s[kw * STAGE_STRIDE + kw];
+          out[(long long)f * p.P] = sum;
+        }
+      }
+    };
+    if (t0 < p.tiles) {
+      load_slab(t0, 0);
+      announce(0);
     }
-  };
-
-  long long t = blockIdx.x;
-  if (t < p.tiles) load_slab(t, 0);
-  cp_async_commit();
-
-  // This thread's accumulator rows (pairs) and columns: rows 16 warp + g and + 8 of its warpgroup's 64, columns
-  // 8j + c2 + e (j < 16, e < 2).
-  const int g = lane >> 2, c2 = 2 * (lane & 3), r_lo = 64 * wg + 16 * warp + g;
-  float hi[TILE / 2] = {}, lo[TILE / 2];  // W.hi X.hi; W.lo X.hi + W.hi X.lo
-  const uint64_t w_g = wgmma::desc(w_s + uint32_t(wg * 2 * 64 * rb), rb);
-  const uint32_t w_tile = uint32_t(64 * rb), row_step = uint32_t(p.W * ra);
-  // Tile it's wgmmas into hi (hi = false: W.hi X.hi) or lo (true: W.lo X.hi + W.hi X.lo), queued, not committed.
-  auto mmas = [&](int it, bool into_lo) {
-    const uint64_t x_t = wgmma::desc(slab0 + uint32_t((it & 1) * p.slab_bytes), ra);
+    if (t0 + t_step < p.tiles) {
+      load_slab(t0 + t_step, 1);
+      announce(1);
+    }
+    for (long long i = 0, t = t0; t < p.tiles; ++i, t += t_step) {
+      const int buf = int(i & 1);
+      const bool refill = t + 2 * t_step < p.tiles;
+      if (refill) {  // the consumers are done with tile t's buffer: tile t + 2 into it, landing while t is stored
+        bar_sync(kEmpty0 + buf, THREADS);
+        load_slab(t + 2 * t_step, buf);
+      }
+      bar_sync(kStageFull, THREADS);
+      store(t);
+      if (t + t_step < p.tiles) bar_arrive(kStageEmpty, THREADS);
+      if (refill) announce(buf);
+    }
+  } else {
+    // Consumers: warpgroup g holds pairs 64 g .. 64 g + 63; this thread rows 16 warp + g8 and + 8 of them, columns
+    // 8j + c2 + e (j < 16, e < 2).
+    const int wg = warp_id >> 2, warp = warp_id & 3, lane = tid & 31;
+    const int g8 = lane >> 2, c2 = 2 * (lane & 3), r_lo = 64 * wg + 16 * warp + g8;
+    float hi[TILE / 2], lo[TILE / 2];  // W.hi X.hi; W.lo X.hi + W.hi X.lo
+    const uint64_t w_g = wgmma::desc(w_s + uint32_t(wg * 2 * 64 * rb), rb);
+    const uint32_t w_tile = uint32_t(64 * rb), row_step = uint32_t(p.W * ra);
+    for (long long i = 0, t = t0; t < p.tiles; ++i, t += t_step) {
+      const int buf = int(i & 1);
+      bar_sync(kFull0 + buf, THREADS);  // tile t's slab is in
+      wgmma::fence();
+      const uint64_t x_t = wgmma::desc(slab0 + uint32_t(buf * p.slab_bytes), ra);
 #pragma unroll 1
-    for (int band = 0; band < p.bands; ++band) {
+      for (int band = 0; band < p.bands; ++band) {
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) {
-        const uint64_t x_bk = wgmma::advance(x_t, uint32_t(band * p.band_bytes + 32 * ks));
-        const uint64_t w_bk = wgmma::advance(w_g, uint32_t(band * NWG * 2) * w_tile + uint32_t(32 * ks));
+        for (int ks = 0; ks < KS; ++ks) {
+          const uint64_t x_bk = wgmma::advance(x_t, uint32_t(band * p.band_bytes + 32 * ks));
+          const uint64_t w_bk = wgmma::advance(w_g, uint32_t(band * NWG * 2) * w_tile + uint32_t(32 * ks));
 #pragma unroll
-        for (int kh = 0; kh < K; ++kh) {
-          const int accumulate = band | ks | kh;
-          const uint64_t a_hi = wgmma::advance(w_bk, uint32_t(kh * p.bands * NWG * 2) * w_tile);
-          const uint64_t x = wgmma::advance(x_bk, kh * row_step);
-          if (into_lo) {
+          for (int kh = 0; kh < K; ++kh) {
+            const int accumulate = band | ks | kh;
+            const uint64_t a_hi = wgmma::advance(w_bk, uint32_t(kh * p.bands * NWG * 2) * w_tile);
+            const uint64_t x = wgmma::advance(x_bk, kh * row_step);
+            wgmma::mma_f16<TILE>(hi, a_hi, x, accumulate);
             wgmma::mma_f16<TILE>(lo, wgmma::advance(a_hi, w_tile), x, accumulate);
             wgmma::mma_f16<TILE>(lo, a_hi, wgmma::advance(x, ra / 2), 1);
-          } else {
-            wgmma::mma_f16<TILE>(hi, a_hi, x, accumulate);
           }
         }
       }
+      wgmma::commit();
+      wgmma::wait<0>();
+      if (t + 2 * t_step < p.tiles) bar_arrive(kEmpty0 + buf, THREADS);  // its slab buffer may be refilled
+      if (i > 0) bar_sync(kStageEmpty, THREADS);  // the producers have stored the last tile
+      // hi + 2^-11 lo, one float per pair and column.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (r_lo + 8 * h >= p.R) continue;
+        float* st = stage + (r_lo + 8 * h) * STAGE_STRIDE + c2;
+#pragma unroll
+        for (int n = 0; n < TILE / 8; ++n)
+          *reinterpret_cast<float2*>(st + 8 * n) =
+              make_float2(fmaf(lo[4 * n + 2 * h], kSplitUnscale, hi[4 * n + 2 * h]),
+                          fmaf(lo[4 * n + 2 * h + 1], kSplitUnscale, hi[4 * n + 2 * h + 1]));
+      }
+      bar_arrive(kStageFull, THREADS);
     }
-  };
-  // The last tile's sums (hi + 2^-11 lo, left in hi), one float per pair and column, into the staging area: by
-  // every thread, rows past R too (no branch: the compiler serialises wgmmas around accumulator reads in divergent
-  // code).
-  auto stage_sums = [&]() {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float* s = stage + (r_lo + 8 * h) * STAGE_STRIDE + c2;
-#pragma unroll
-      for (int n = 0; n < TILE / 8; ++n)
-        *reinterpret_cast<float2*>(s + 8 * n) = make_float2(hi[4 * n + 2 * h], hi[4 * n + 2 * h + 1]);
-    }
-  };
-  // Per tile, so that the tensor cores always have work queued: the lo wgmmas (two thirds of the work) go first,
-  // into the free lo accumulators; while they run, the last tile's sums leave hi for the staging area; then the hi
-  // wgmmas; while all run, the next slab's copies and the last tile's outputs.
-  long long pending = -1;  // the tile whose sums are in hi
-  for (int it = 0; t < p.tiles; ++it, t += gridDim.x) {
-    cp_async_wait(1);  // this tile's slab (and the first time the weights) is in
-    wgmma::fence_proxy_async();
-    __syncthreads();  // ... for the block; and every thread has stored the tile before last: the staging area is free
-
-    wgmma::fence();
-    mmas(it, true);
-    wgmma::commit();
-    stage_sums();  // the first time, zeros that nothing reads
-    __syncthreads();  // the last tile's sums are staged
-    wgmma::fence();   // hi was read by the staging stores
-    mmas(it, false);
-    wgmma::commit();
-    // The next tile's slab into the other buffer (the last tile's, done with), and the last tile's outputs.
-    if (t + gridDim.x < p.tiles) load_slab(t + gridDim.x, (it + 1) & 1);
-    cp_async_commit();
-    if (pending >= 0) store(pending);
-    wgmma::wait<0>();
-#pragma unroll
-    for (int i = 0; i < TILE / 2; ++i) hi[i] = fmaf(lo[i], kSplitUnscale, hi[i]);
-    pending = t;
   }
-  cp_async_wait(1);
-  __syncthreads();
-  stage_sums();
-  __syncthreads();
-  if (pending >= 0) store(pending);
 #else
   __trap();  // never launched: supports() refuses where this code runs (wgmma_probe.cuh)
 #endif
@@ -242,11 +266,11 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 1)
 
 using Kernel = void (*)(const __half*, const __half*, const uint4*, float*, const Params);
 
-// The kernel of ceil(R / 64) warpgroups for K = 1, 3, 5 or 7 (R <= 192) and bands of 16 or 32 channels; nullptr
+// The kernel of ceil(R / 64) warpgroups for K = 1, 3, 5 or 7 (R <= 128) and bands of 16 or 32 channels; nullptr
 // for another K.
 template <int K, int KS>
 Kernel pick_k(int64_t R) {
-  static const Kernel kernels[] = {conv29_kernel<1, K, KS>, conv29_kernel<2, K, KS>, conv29_kernel<3, K, KS>};
+  static const Kernel kernels[] = {conv29_kernel<1, K, KS>, conv29_kernel<2, K, KS>};
   return kernels[std::max<int64_t>(1, (R + 63) / 64) - 1];
 }
 template <int KS>
@@ -277,11 +301,11 @@ std::string plan(const ConvShape& s, Params& p) {
            " padded values exceeds its 32-bit offsets";
   const int64_t wgs = std::max<int64_t>(1, (R + 63) / 64), rows = TILE + (s.K - 1) * s.W, bands = Cp / ch;
   const int64_t band_bytes = (rows * 4 * ch + 1023) / 1024 * 1024, slab = bands * band_bytes;
-  const int64_t wts = s.K * bands * wgs * 2 * 64 * 2 * ch, stage = wgs * 64 * STAGE_STRIDE * 4;
+  const int64_t wts = s.K * bands * wgs * 2 * 64 * 2 * ch, stage = R * STAGE_STRIDE * 4;
   const int64_t smem = 1024 + wts + 2 * slab + stage;
   if (smem > int64_t(kSmemLimit))
     return std::string(kName) + ": weights (" + std::to_string(wts / 1024) + " KB), two slabs of " +
-           std::to_string(rows) + " rows (" + std::to_string(slab / 1024) + " KB each) and " + std::to_string(wgs * 64) +
+           std::to_string(rows) + " rows (" + std::to_string(slab / 1024) + " KB each) and " + std::to_string(R) +
            " staged rows (" + std::to_string(stage / 1024) + " KB) exceed " + std::to_string(kSmemLimit / 1024) +
            " KB of shared memory";
   p.H = int(s.H); p.W = int(s.W); p.Cp = int(Cp);
@@ -321,7 +345,7 @@ void conv_fwd_gpu_split_f16_taps_wgmma(const float* x, const float* k, float* y,
 
   const int64_t R = s.M * s.K, wgs = std::max<int64_t>(1, (R + 63) / 64), tout = TILE - (s.K - 1);
   const Kernel kernel = pick(R, s.K, p.ch);
-  const int threads = int(wgs * WG_THREADS);
+  const int threads = int(wgs * WG_THREADS + PRODUCERS);
   const size_t smem = smem_bytes(p);
   const long long resident = persistent_blocks(kName, kernel, threads, smem);
   // The weights' image is w_bytes; run_in_chunks keeps two planes of wplane halves for it, one after the other.
