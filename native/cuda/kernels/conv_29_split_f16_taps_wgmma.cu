@@ -46,8 +46,8 @@ namespace {
 
 constexpr int TILE = 128;        // positions per tile: the N of every wgmma
 constexpr int WG_THREADS = 128;  // a warpgroup
-constexpr int MAX_WG = 2;        // 128 accumulators per thread: at most 204 registers a thread beside the producers
-constexpr int PRODUCERS = 64;    // two warps that copy the slabs and store the outputs
+constexpr int MAX_WG = 2;        // 128 accumulators per thread: at most 168 registers a thread beside the producers
+constexpr int PRODUCERS = 128;   // a warpgroup that copies the slabs and stores the outputs
 constexpr int STAGE_STRIDE = TILE + 8;  // floats per staged row: float2 writes of 8 rows fall in distinct banks
 constexpr size_t kSmemLimit = 227 * 1024;
 
