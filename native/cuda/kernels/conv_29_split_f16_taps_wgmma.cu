@@ -7,22 +7,36 @@
 // results/bench-nvidia-h200-2026-11-25-sweep-step28.json: s37 0.72x cuDNN FP32, s17 0.93x).
 //
 // How (step 28's slab, swizzle and persistent blocks; what differs):
-// - Rows are (filter f, tap column kw) pairs, r = f K + kw, R = M K of them: row r times the slab's 128 positions
-//   from the tile's row kh W gives, in column c, tap row kh of tap (f, kw) at position c - kw... that is, the
-//   contribution of taps (kh, kw) to output position c - kw. Summed over kh, band and k16 step in the
-//   accumulators; the epilogue adds the K columns kw apart: out(f, q) = sum over kw of row (f, kw), column q + kw.
-//   So each tile stores 128 - (K - 1) outputs, and one wgmma covers a tap row of 64 / K filters, not 32 filters'
-//   single tap.
+// - Rows are (filter f, tap column kw) pairs, r = f K + kw, R = M K of them. Row r times the slab's 128 positions
+//   from the tile's row kh W gives, in column c, the contribution of tap (kh, kw) to output position c - kw. The
+//   accumulators sum it over kh, band and k16 step; the epilogue adds the K columns kw apart: out(f, q) = sum over
+//   kw of row (f, kw) at column q + kw. So a tile stores 128 - (K - 1) outputs, and one wgmma covers a tap row of
+//   64 / K filters where step 28's covered one tap of 32 filters.
 // - Warpgroup g of the block holds pairs 64 g .. 64 g + 63 in two accumulators, hi (W.hi X.hi) and lo (W.lo X.hi +
-//   W.hi X.lo, both 2^11 up): three wgmmas per kh, band and k16 step, and no row computed twice (step 28 computed
-//   W.lo X.lo and dropped it). The block's warpgroups (ceil(R / 64), at most 3) share one tile and its slab.
-// - Epilogue: each thread writes hi + 2^-11 lo of its rows to a staging area in shared memory (one float per pair
-//   and column); after a barrier the block sums each output's K columns. The sum of a tile runs while the tensor
-//   cores work on the next tile.
-// - Refused: R > 192 (three warpgroups of 128 accumulators per thread), K other than 1, 3, 5, 7, shared memory
-//   beyond 227 KB, and any GPU or build without sm_90a code (wgmma_probe.cuh).
+//   W.hi X.lo, both 2^11 up): three wgmmas per kh, band and k16 step, and no product computed to be dropped (step
+//   28 computed W.lo X.lo). The block's one or two warpgroups share one tile and its slab.
+// - Warp-specialised: the warpgroups that multiply only wait for a slab, queue the tile's wgmmas, wait for them,
+//   and write hi + 2^-11 lo (one float per pair and column) to a staging area in shared memory. A producer
+//   warpgroup copies the slabs (double-buffered) and adds each output's K staged columns. Named barriers pass the
+//   buffers between them (slab full / empty, staging area full / empty).
+// - Refused: R > 128 (two warpgroups of 128 accumulators per thread beside the producers: 168 registers a thread),
+//   K other than 1, 3, 5, 7, shared memory beyond 227 KB, and any GPU or build without sm_90a code
+//   (wgmma_probe.cuh).
 // - Range: as steps 19-28, a value beyond the FP16 range (|v| > 65504) becomes inf, and the outputs it reaches inf
 //   or NaN, never a quietly wrong number.
+// What each change gave (a probe launching the variant on device buffers, H200, batch 10000, CUDA events, median
+// of 5; s37 / s17 in ms, cuDNN FP32 about 2.2 / 2.3; step 28 3.0 / 2.5):
+// - the block's warpgroups multiplying, copying and storing in turn: 2.60 / 2.16. Stall sampling (s37): the first
+//   wgmma of each k16 step waiting; the loop over k16 steps drained the wgmma queue at its back edge. Unrolled:
+//   2.44 / 2.07.
+// - the slab split from the float32 images in the kernel, no planes: 2.87 / 2.38 (the loads stalled the warps that
+//   issue the wgmmas; reverted).
+// - the lo wgmmas queued before the last tile's sums were staged: 2.44 / 2.01. The compiler waits for all wgmmas
+//   of a warpgroup before it lets the warpgroup read any accumulator, and a warp that issues wgmmas sits in the
+//   issue queue until they drain: the same warps' copies and stores never overlapped the tensor work.
+// - warp-specialised, two producer warps: 2.39 / 2.01 (the multiplying warps waited a fifth of the time for the
+//   producers' stores); a producer warpgroup: 1.99 / 1.66, the tensor pipe 71% busy (Nsight Compute, s37 at batch
+//   2000).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -370,7 +384,8 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .name = "gpu-split-f16-taps-wgmma",
     .step = 29,
     .summary = "step 28 with the taps kw folded into the wgmma's M: (filter, tap column) pairs x 128 positions, "
-               "the epilogue adding the K columns; M x K <= 192",
+               "the epilogue adding the K columns; warp-specialised (a producer warpgroup copies and stores); M x K <= "
+               "128",
     .launch = conv_fwd_gpu_split_f16_taps_wgmma,
     .supports = conv_supports_gpu_split_f16_taps_wgmma,
     .graph_capturable = false,  // the planes' workspace grows (moves) when a larger layer comes
