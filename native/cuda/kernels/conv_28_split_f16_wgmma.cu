@@ -60,6 +60,7 @@
 
 #include "cuda/kernels/igemm_tiles.cuh"
 #include "cuda/kernels/split_planes.cuh"
+#include "cuda/kernels/wgmma_slab.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/mma_f16.cuh"
@@ -146,30 +147,12 @@ __global__ void __launch_bounds__(THREADS, 1)
     const long long b = tile / p.tiles_per_image;
     return b * HW + (tile - b * p.tiles_per_image) * TILE;
   };
-  // Tile t's slab into this warpgroup's buffer buf: row r of band b is pixel first(t) + r's channels b*ch .. b*ch +
-  // ch - 1, hi then lo, swizzled; rows past the launch's pixels are zero (they reach only positions that are not
-  // stored). Thread wtid copies piece q = wtid % per_row of rows wtid / per_row + k * stride: the same swizzled
-  // piece in every row it copies (stride is a multiple of the 8-row pattern), so each copy costs a few additions.
-  const int per_row = ra / 16, half_row = per_row / 2, q = wtid % per_row, stride = WG_THREADS / per_row;
-  const bool q_lo = q >= half_row;
-  const __half* q_plane = q_lo ? xl : xh;
-  const int q_chan = 8 * (q - (q_lo ? half_row : 0));
+  // Tile t's slab into this warpgroup's buffer buf (wgmma_slab.cuh), by the warpgroup: row r of band b is pixel
+  // first(t) + r's channels b*ch .. b*ch + ch - 1, hi then lo, swizzled; rows past the launch's pixels are zero
+  // (they reach only positions that are not stored).
   auto load_slab = [&](long long tile, int buf) {
-    const long long p0 = first(tile);
-    const int r0 = wtid / per_row;
-    const uint32_t q_at = wgmma::swizzle(uint32_t(r0 * ra + 16 * q), ra);  // the same for r0 + k * stride
-    for (int band = 0; band < p.bands; ++band) {
-      uint32_t dst = slab0 + uint32_t((2 * wg + buf) * p.slab_bytes + band * p.band_bytes) + q_at;
-      long long pix = p0 + r0;
-      const __half* src = q_plane + pix * p.Cp + band * p.ch + q_chan;
-      for (int r = r0; r < p.slab_rows; r += stride) {
-        const bool valid = pix < p.pixels;
-        planes::cp_async16(dst, valid ? src : q_plane, valid);
-        dst += uint32_t(stride * ra);
-        src += (long long)stride * p.Cp;
-        pix += stride;
-      }
-    }
+    slab::queue<WG_THREADS>(slab0 + uint32_t((2 * wg + buf) * p.slab_bytes), xh, xl, first(tile), p.slab_rows,
+                            p.bands, p.band_bytes, p.Cp, p.ch, p.pixels, wtid);
   };
   if (t < p.tiles) load_slab(t, 0);
   cp_async_commit();

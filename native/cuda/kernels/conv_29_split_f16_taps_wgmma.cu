@@ -47,6 +47,7 @@
 
 #include "cuda/kernels/igemm_tiles.cuh"
 #include "cuda/kernels/split_planes.cuh"
+#include "cuda/kernels/wgmma_slab.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/mma_f16.cuh"
@@ -149,32 +150,12 @@ __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
   // The role, warp-uniform to the compiler (a lane's broadcast): wgmmas in code it sees as divergent are serialised.
   const int warp_id = __shfl_sync(0xffffffffu, tid / 32, 0);
   if (warp_id >= CONSUMERS / 32) {
-    // Producers. Tile t's slab into buffer buf, as step 28's: row r of band b is pixel first(t) + r's channels
-    // b*ch .. b*ch + ch - 1, hi then lo, swizzled; rows past the launch's pixels are zero. Thread pt copies piece
-    // q = pt % per_row of rows pt / per_row + k * stride: the same swizzled piece in every row it copies (stride is
-    // a multiple of the 8-row pattern).
+    // Producers. Tile t's slab into buffer buf (wgmma_slab.cuh): row r of band b is pixel first(t) + r's channels
+    // b*ch .. b*ch + ch - 1, hi then lo, swizzled; rows past the launch's pixels are zero.
     const int pt = tid - CONSUMERS;
-    constexpr int per_row = ra / 16, half_row = per_row / 2, stride = PRODUCERS / per_row;
-    static_assert(stride % 8 == 0, "a producer's rows must keep their swizzle phase");
-    const int q = pt % per_row, r0 = pt / per_row;
-    const bool q_lo = q >= half_row;
-    const __half* q_plane = q_lo ? xl : xh;
-    const int q_chan = 8 * (q - (q_lo ? half_row : 0));
-    const uint32_t q_at = wgmma::swizzle(uint32_t(r0 * ra + 16 * q), ra);
     auto load_slab = [&](long long tile, int buf) {
-      const long long p0 = first(tile);
-      for (int band = 0; band < p.bands; ++band) {
-        uint32_t dst = slab0 + uint32_t(buf * p.slab_bytes + band * p.band_bytes) + q_at;
-        long long pix = p0 + r0;
-        const __half* src = q_plane + pix * p.Cp + band * ch + q_chan;
-        for (int r = r0; r < p.slab_rows; r += stride) {
-          const bool valid = pix < p.pixels;
-          planes::cp_async16(dst, valid ? src : q_plane, valid);
-          dst += uint32_t(stride * ra);
-          src += (long long)stride * p.Cp;
-          pix += stride;
-        }
-      }
+      slab::queue<PRODUCERS>(slab0 + uint32_t(buf * p.slab_bytes), xh, xl, first(tile), p.slab_rows, p.bands,
+                             p.band_bytes, p.Cp, ch, p.pixels, pt);
       cp_async_commit();
     };
     // Queued copies landed and made visible to the wgmmas (async proxy), then buffer buf announced full.
