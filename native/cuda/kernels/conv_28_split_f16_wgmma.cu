@@ -45,7 +45,7 @@
 //   tensor-bound, and 64% of what the tensor cores compute is padding: 19 filters' hi and lo rows fill 38 of the
 //   64 rows of the first wgmma and their hi rows 19 of the second's, and 768 positions per image are computed for
 //   625 outputs. Fewer products need positions as M with a narrow N again (hi and lo of 8 channels side by side in
-//   one k16 step: N = 2 M), which the first form above did not reach.
+//   one k16 step: N = 2 M), which the first form above did not reach. Step 29 folds the taps into M instead.
 // Measured (results/bench-nvidia-h200-2026-11-25-sweep-step28.json, `invoke bench --sweep`, H200, batch 10000):
 // the best float32 variant on 12 of the 80 rows (ms; the previous best float32 variant; cuDNN FP32): s37 3.04
 // (step 26 3.55; 2.19: 0.72x, was 0.64x), s17 2.52 (step 26 2.76; 2.34: 0.93x, was 0.85x), s29 12.8 (step 26
