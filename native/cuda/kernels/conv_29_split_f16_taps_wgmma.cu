@@ -111,12 +111,14 @@ __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w
 // Named barriers between the warpgroups that multiply (consumers) and the warps that copy and store (producers):
 // slab buffer b full / empty, the staging area full / empty. Barrier 0 is __syncthreads.
 enum Barrier { kFull0 = 1, kEmpty0 = 3, kStageFull = 5, kStageEmpty = 6 };
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // only the sm_90a kernels use them
 __device__ __forceinline__ void bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 __device__ __forceinline__ void bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+#endif
 
 template <int NWG, int K, int KS>
 __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
