@@ -37,6 +37,10 @@
 // - warp-specialised, two producer warps: 2.39 / 2.01 (the multiplying warps waited a fifth of the time for the
 //   producers' stores); a producer warpgroup: 1.99 / 1.66, the tensor pipe 71% busy (Nsight Compute, s37 at batch
 //   2000).
+// Measured (results/bench-nvidia-h200-2026-11-25-sweep-step29.json, `invoke bench --sweep`, H200, batch 10000):
+// the best float32 variant on 24 of the 80 rows (ms; the previous best float32 variant; cuDNN FP32): s37 2.00
+// (step 28 3.04; 2.26: 1.13x, was 0.72x), s17 1.67 (step 28 2.52; 2.34: 1.40x, was 0.93x), s23 12.0 (step 17
+// 39.1; 105), s32 4.66 (step 27 9.44; 19.8). Still behind cuDNN: s08 (C=11 31x31 M=27 K=5: 135 pairs, refused).
 #include <cuda_runtime.h>
 
 #include <algorithm>
