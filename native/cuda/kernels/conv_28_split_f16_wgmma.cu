@@ -64,6 +64,7 @@
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/mma_f16.cuh"
+#include "cuda/runtime/named_barrier.cuh"
 #include "cuda/runtime/persistent.cuh"
 #include "cuda/runtime/registry.cuh"
 #include "cuda/runtime/wgmma_f16.cuh"
@@ -74,8 +75,6 @@ namespace {
 
 constexpr int TILE = 128;     // positions per tile: the N of a warpgroup's wgmmas
 constexpr int THREADS = 256;  // two warpgroups, each on its own tiles
-constexpr int WG_N = TILE;
-constexpr int WG_THREADS = 128;
 constexpr size_t kSmemLimit = 227 * 1024;  // sm_90's most per block (opted in): the sweep's s17 needs 221 KB
 
 struct Params {
@@ -127,6 +126,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     conv28_kernel(const __half* __restrict__ xh, const __half* __restrict__ xl, const uint4* __restrict__ w,
                   float* __restrict__ y, const Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int WG_N = TILE, WG_THREADS = 128;  // a warpgroup's wgmma width and threads
   extern __shared__ float4 smem4[];
   const uint32_t w_s = (igemm::smem_u32(smem4) + 1023u) & ~1023u, slab0 = w_s + uint32_t(p.w_bytes);
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
@@ -167,8 +167,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   for (int it = 0; t < p.tiles; ++it, t += t_step) {
     cp_async_wait(1);  // this tile's slab is in
     wgmma::fence_proxy_async();
-    asm volatile("bar.sync %0, %1;" ::"r"(1 + wg), "n"(WG_THREADS) : "memory");  // ... for the warpgroup, and
-                                                          // it is done with tile it - 1 and that buffer
+    bar_sync(1 + wg, WG_THREADS);  // ... for the warpgroup, and it is done with tile it - 1 and that buffer
 
     wgmma::fence();
     // A: the (tap, band) weight tile (64 rows read; past 2 BN they are the next tile's, and their products are

@@ -54,6 +54,7 @@
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/mma_f16.cuh"
+#include "cuda/runtime/named_barrier.cuh"
 #include "cuda/runtime/persistent.cuh"
 #include "cuda/runtime/registry.cuh"
 #include "cuda/runtime/wgmma_f16.cuh"
@@ -112,17 +113,9 @@ __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w
   w[wgmma::swizzle(uint32_t(16 * i), 2 * ch) / 16] = part == 0 ? hi : lo;
 }
 
-// Named barriers between the warpgroups that multiply (consumers) and the warps that copy and store (producers):
-// slab buffer b full / empty, the staging area full / empty. Barrier 0 is __syncthreads.
+// Named barriers (named_barrier.cuh) between the warpgroups that multiply (consumers) and the warpgroup that copies
+// and stores (producers): slab buffer b full / empty, the staging area full / empty.
 enum Barrier { kFull0 = 1, kEmpty0 = 3, kStageFull = 5, kStageEmpty = 6 };
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // only the sm_90a kernels use them
-__device__ __forceinline__ void bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-#endif
 
 template <int NWG, int K, int KS>
 __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
