@@ -459,6 +459,7 @@ GpuNetwork::Chunking GpuNetwork::prepare_chunks(int64_t rows, int chunks, int st
   for (int64_t c = 0; c < ck.nchunks; ++c) chunk_rows = std::max(chunk_rows, ck.at[size_t(c) + 1] - ck.at[size_t(c)]);
   ensure_lanes(ck.nlanes);
   if (!copy_stream_) copy_stream_.emplace();
+  if (!pass_stream_) pass_stream_.emplace();
   for (size_t l = 0; l < ck.nlanes; ++l) size_lane(*lanes_[l], chunk_rows, false, plan.max_elems);
   if (ck.piece_at.size() > size_t(ck.nchunks) + 1) {  // the last part in pieces
     const int64_t rc = rows - ck.at[size_t(ck.nchunks) - 1];
@@ -477,26 +478,29 @@ GpuNetwork::Chunking GpuNetwork::prepare_chunks(int64_t rows, int chunks, int st
   return ck;
 }
 
-void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint8_t* pageable, bool on_device,
-                              InputType type, const Plan& plan, int32_t* labels_dst) {
+void GpuNetwork::queue_copy(const Chunking& ck, size_t piece, const uint8_t* src, const uint8_t* pageable) {
   const cudaStream_t cs = copy_stream_->get();
-  // Every lane starts after the copy stream's earlier work (in a capture: the lanes join it here).
-  for (size_t l = 0; l < ck.nlanes; ++l) joined_[l].order(cs, lanes_[l]->stream.get());
+  const int64_t r0 = ck.piece_at[piece], rc = ck.piece_at[piece + 1] - r0;
+  const size_t off = size_t(r0) * ck.in_bytes, bytes = size_t(rc) * ck.in_bytes;
+  // Pageable images: this piece is copied into pinned staging just before its upload is queued, so the host
+  // copy of piece i+1 overlaps the GPU's work on piece i (measured on an H200: a whole-batch host copy first
+  // cost ~3 ms of the sp19 model's ~5 ms).
+  if (pageable) std::memcpy(staging_.get() + off, pageable + off, bytes);
+  CUDA_CHECK(cudaMemcpyAsync(pass_in_.get() + off, src + off, bytes, cudaMemcpyHostToDevice, cs));
+  CUDA_CHECK(cudaEventRecord(copied_[piece].get(), cs));
+}
+
+void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint8_t* pageable, bool on_device,
+                              InputType type, const Plan& plan, int32_t* labels_dst, cudaStream_t origin) {
+  // Every lane starts after the origin's earlier work (in a capture: the lanes join it here).
+  for (size_t l = 0; l < ck.nlanes; ++l) joined_[l].order(origin, lanes_[l]->stream.get());
   const size_t npieces = ck.piece_at.size() - 1;
-  const auto copy = [&](size_t c) {
-    const int64_t r0 = ck.piece_at[c], rc = ck.piece_at[c + 1] - r0;
-    const size_t off = size_t(r0) * ck.in_bytes, bytes = size_t(rc) * ck.in_bytes;
-    // Pageable images: this piece is copied into pinned staging just before its upload is queued, so the host
-    // copy of piece i+1 overlaps the GPU's work on piece i (measured on an H200: a whole-batch host copy first
-    // cost ~3 ms of the sp19 model's ~5 ms).
-    if (pageable) std::memcpy(staging_.get() + off, pageable + off, bytes);
-    CUDA_CHECK(cudaMemcpyAsync(pass_in_.get() + off, src + off, bytes, cudaMemcpyHostToDevice, cs));
-    CUDA_CHECK(cudaEventRecord(copied_[c].get(), cs));
-  };
-  // From pinned memory every copy is queued first: the copy engine then runs the whole batch back to back while
-  // the host queues the compute.
-  if (!on_device && !pageable)
-    for (size_t p = 0; p < npieces; ++p) copy(p);
+  const auto copy = [&](size_t c) { queue_copy(ck, c, src, pageable); };
+  // Pinned images were copied before this (queue_copies, outside a capture): in a capture a wait for one of
+  // those copies becomes an external event-wait node, which waits for the copy the host queued before each replay.
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(origin, &capturing));
+  const unsigned wait_flags = capturing == cudaStreamCaptureStatusActive ? cudaEventWaitExternal : cudaEventWaitDefault;
   // The labels go straight from the last kernel into pinned host memory where the device can address it (mapped:
   // every pinned allocation under unified addressing), instead of a device-to-host copy after it. The last part's
   // copy is on the pass's critical path: on an H200 it started 8 us after the head kernel it waited for had ended
@@ -526,7 +530,7 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
         const cudaStream_t ps = piece_streams_[q - first].get();
         if (pageable) copy(q);
         forked_[q].order(st, ps);
-        CUDA_CHECK(cudaStreamWaitEvent(ps, copied_[q].get(), 0));
+        CUDA_CHECK(cudaStreamWaitEvent(ps, copied_[q].get(), wait_flags));
         const int64_t q0 = ck.piece_at[q], qc = ck.piece_at[q + 1] - q0;
         StepSpan span{0, plan.image_steps, q0 - r0};
         for (int i = 0; i < 2; ++i) span.scratch[i] = piece_scratch_[i].get() + (q0 - r0) * plan.piece_elems;
@@ -538,7 +542,7 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
       run_lane(L, rc, plan, ck.timing, unused, nullptr, nullptr, part, labels, {plan.image_steps, SIZE_MAX, 0});
     } else {
       if (pageable) copy(first);
-      if (!on_device) CUDA_CHECK(cudaStreamWaitEvent(st, copied_[first].get(), 0));
+      if (!on_device) CUDA_CHECK(cudaStreamWaitEvent(st, copied_[first].get(), wait_flags));
       const StagedInput in = stage_input(L, plan, part, type, rc, true, nullptr);
       run_lane(L, rc, plan, ck.timing, unused, &chunk_events_[first], in.host_x, in.x_u8, labels);
     }
@@ -546,11 +550,10 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
       CUDA_CHECK(cudaMemcpyAsync(labels_dst + r0, L.labels.get(), size_t(rc) * sizeof(int32_t),
                                  cudaMemcpyDeviceToHost, st));
   }
-  for (size_t l = 0; l < ck.nlanes; ++l) joined_[l].order(lanes_[l]->stream.get(), cs);
+  for (size_t l = 0; l < ck.nlanes; ++l) joined_[l].order(lanes_[l]->stream.get(), origin);
 }
 
-bool GpuNetwork::launch_chunks(GraphKey* key, const std::function<void()>& queue) {
-  const cudaStream_t cs = copy_stream_->get();
+bool GpuNetwork::launch_chunks(cudaStream_t cs, GraphKey* key, const std::function<void()>& queue) {
   if (!key) {
     queue();
     return false;
@@ -631,11 +634,19 @@ bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
   const bool pinned = is_pinned(images);
   if (!pinned) staging_.resize(size_t(rows) * in_bytes);
   const uint8_t* src = pinned ? images : staging_.get();
+  // From pinned memory every copy is queued first, before the compute and outside its graph: the copy engine then
+  // runs the whole batch back to back from the start of the call, while the host launches the compute (launching
+  // the sp19 graph took the host ~20 us, and its first copy waited for that when the copies were in the graph).
+  // The compute then starts from a stream of its own, each part waiting for its copy's event.
+  if (pinned)
+    for (size_t p = 0; p + 1 < ck.piece_at.size(); ++p) queue_copy(ck, p, src, nullptr);
+  const cudaStream_t origin = pinned ? pass_stream_->get() : copy_stream_->get();
   GraphKey key = graph_key(ck, src, false, type, plan, labels_host_.get());
-  const bool replayed = launch_chunks(pinned && capturable(plan) ? &key : nullptr, [&] {
-    queue_chunks(ck, src, pinned ? nullptr : images, false, type, plan, labels_host_.get());
+  const bool replayed = launch_chunks(origin, pinned && capturable(plan) ? &key : nullptr, [&] {
+    queue_chunks(ck, src, pinned ? nullptr : images, false, type, plan, labels_host_.get(), origin);
   });
-  CUDA_CHECK(cudaStreamSynchronize(copy_stream_->get()));  // every lane is joined into the copy stream
+  // every lane is joined into the origin, and each waited for its copies
+  CUDA_CHECK(cudaStreamSynchronize(origin));
   for (size_t c = 0; c + 1 < ck.piece_at.size() && op_times; ++c) {
     const std::vector<Event>& ev = chunk_events_[c];
     for (size_t ci = 0; ci < conv_count_; ++ci) op_seconds[ci] += double(ev[2 * ci + 1].since(ev[2 * ci])) / 1e3;
@@ -653,7 +664,13 @@ ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n,
   if (tail_pieces < 1 || tail_pieces > kMaxTailPieces)
     throw std::invalid_argument("forward: tail_pieces must be in 1.." + std::to_string(kMaxTailPieces));
   CUDA_CHECK(cudaSetDevice(device_));
-  const Plan plan = make_plan(impls);
+  if (!plan_ || impls != plan_impls_ || fc_math_ != plan_fc_math_) {
+    plan_.reset();
+    plan_ = make_plan(impls);
+    plan_impls_ = impls;
+    plan_fc_math_ = fc_math_;
+  }
+  const Plan& plan = *plan_;
   const size_t in_bytes = size_t(C_ * H_ * W_) * (type == InputType::U8 ? 1 : sizeof(float));
   const uint8_t* img = static_cast<const uint8_t*>(images);
 
@@ -673,6 +690,7 @@ ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n,
       for (auto& L : lanes_) cudaStreamSynchronize(L->stream.get());
       for (auto& ps : piece_streams_) cudaStreamSynchronize(ps.get());
       if (copy_stream_) cudaStreamSynchronize(copy_stream_->get());
+      if (pass_stream_) cudaStreamSynchronize(pass_stream_->get());
       release_activations();
       if (rows == 1) throw;
       pass_rows = (rows + 1) / 2;
@@ -735,7 +753,8 @@ std::vector<float> GpuNetwork::forward_resident(const void* images, InputType ty
   for (int i = 0; i < warmup + reps; ++i) {
     start.record(cs);
     GraphKey k = key;
-    launch_chunks(graph ? &k : nullptr, [&] { queue_chunks(ck, resident.get(), nullptr, true, type, plan, nullptr); });
+    launch_chunks(cs, graph ? &k : nullptr,
+                  [&] { queue_chunks(ck, resident.get(), nullptr, true, type, plan, nullptr, cs); });
     stop.record(cs);
     const float t = stop.since(start);
     if (i >= warmup) ms.push_back(t);

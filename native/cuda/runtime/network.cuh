@@ -229,13 +229,17 @@ class GpuNetwork {
   // (pageable != nullptr), or with on_device the images on the device (no copies: forward_resident). Starts with
   // every lane waiting for copy_stream_ and ends with every lane joined back into it; labels_dst may be null.
   void queue_chunks(const Chunking& ck, const uint8_t* src, const uint8_t* pageable, bool on_device, InputType type,
-                    const Plan& plan, int32_t* labels_dst);
+                    const Plan& plan, int32_t* labels_dst, cudaStream_t origin);
+  // Queues piece `piece`'s host-to-device copy on copy_stream_ into pass_in_ and records copied_[piece]
+  // (pageable: through staging_ first).
+  void queue_copy(const Chunking& ck, size_t piece, const uint8_t* src, const uint8_t* pageable);
   // Splits `rows` into parts and makes the lanes, their buffers, the copy stream and the events ready for them.
   Chunking prepare_chunks(int64_t rows, int chunks, int streams, double taper, size_t in_bytes, const Plan& plan,
                           Timing timing, int tail_pieces = 1);
-  // Runs queue() -- a chunked pass on copy_stream_ -- plain, or as a CUDA graph: captured the second time in a row
-  // the same key comes, replayed while it stays the same. key null: never a graph. Returns true when replayed.
-  bool launch_chunks(GraphKey* key, const std::function<void()>& queue);
+  // Runs queue() -- a chunked pass starting from and joined back into `origin` -- plain, or as a CUDA graph
+  // launched on `origin`: captured the second time in a row the same key comes, replayed while it stays the same.
+  // key null: never a graph. Returns true when replayed.
+  bool launch_chunks(cudaStream_t origin, GraphKey* key, const std::function<void()>& queue);
   static bool capturable(const Plan& plan);  // every variant of the plan is graph_capturable
   GraphKey graph_key(const Chunking& ck, const uint8_t* src, bool on_device, InputType type, const Plan& plan,
                      const int32_t* labels_dst) const;
@@ -266,6 +270,8 @@ class GpuNetwork {
   std::vector<std::vector<Event>> chunk_events_;  // [piece][2 per conv]: run_pass's op-time events, reused
   std::optional<Stream> copy_stream_;             // a chunked pass's host-to-device copies, in order (made at the
                                                   // first chunked pass: the constructor touches no GPU)
+  std::optional<Stream> pass_stream_;             // a chunked pass from pinned memory: where its compute starts
+                                                  // and ends (its graph's stream); the copies stay on copy_stream_
   DeviceBuffer<uint8_t> pass_in_;                 // a chunked pass's images on the device
   std::vector<Event> copied_;                     // [piece]: its images have landed in pass_in_
   std::vector<Event> joined_;                     // [lane]: its last part is done (copy_stream_ waits on it)
@@ -275,6 +281,10 @@ class GpuNetwork {
   std::vector<Event> forked_, pieced_;
   // The pieces' scratch (StepSpan::scratch): each piece's rows of the part at the plan's piece_elems per image.
   DeviceBuffer<float> piece_scratch_[2];
+  // forward's last plan and what it was made for: making one costs the host microseconds before the first copy
+  std::optional<Plan> plan_;
+  std::vector<std::string> plan_impls_;
+  FcMath plan_fc_math_ = FcMath::FP32;
   GraphExec graph_;                               // the captured chunked pass ...
   GraphKey graph_key_;                            // ... and what it was captured for
   GraphKey seen_key_;                             // the last chunked pass that ran without a graph
