@@ -27,7 +27,7 @@ PIPELINE_STREAMS = (2, 4)
 PIPELINE_TAPERS = (2.0, 1.5, 1.25, 0.9, 0.8, 0.7, 0.6, 0.5)
 TAPER_CHUNKS = (3, 4, 5, 6, 8)
 # Then equal parts on 4 streams with the last part's copy in pieces (tail_pieces; every other row has one piece).
-PIPELINE_TAIL_PIECES = (2, 3, 4, 6, 8)
+PIPELINE_TAIL_PIECES = (2, 3, 4)
 PIECES_CHUNKS = (3, 4, 5, 6, 8)
 # The sweep's shapes are timed in rounds, each round every shape in turn (a share of the reps each): a drift over
 # the sweep's seconds then moves every shape alike instead of the shapes timed last. Timed one after another, one

@@ -180,9 +180,6 @@ GpuNetwork::Plan GpuNetwork::make_plan(const std::vector<std::string>& impls) co
   while (plan.image_steps < n && plan.steps[plan.image_steps].layer->kind != Kind::FC) ++plan.image_steps;
   for (size_t i = 0; i + 1 < plan.image_steps; ++i)
     plan.piece_elems = std::max(plan.piece_elems, plan.steps[i].out_elems);
-  // a piece's FC steps too: each output at its padded width (fc16_rows), and the FP16 rounding of an input
-  for (size_t i = plan.image_steps; i < n; ++i)
-    plan.piece_elems = std::max({plan.piece_elems, fc16_rows(plan.steps[i].layer->out_c), plan.steps[i].layer->in_c});
   if (n >= 2) {
     const Layer& a = *plan.steps[n - 2].layer;
     const Layer& b = *plan.steps[n - 1].layer;
@@ -235,11 +232,8 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
   bool cur_half = false;  // cur holds half values (a conv's launch_f16_out)
   const size_t nsteps = plan.steps.size();
   const size_t end = std::min(span.end, nsteps);
-  if (((span.row0 != 0 || stream) && end > plan.image_steps && !(span.blas && span.scratch[0])) ||
-      span.begin > plan.image_steps)
-    throw std::logic_error("run_lane: only the image steps, or a piece with its scratch and cuBLAS handle, run on "
-                           "part of a part's rows");
-  const cublasHandle_t blas = span.blas ? span.blas : L.blas.get();
+  if (((span.row0 != 0 || stream) && end > plan.image_steps) || span.begin > plan.image_steps)
+    throw std::logic_error("run_lane: only the image steps run on part of a part's rows");
   // Row r0 of a buffer holding `per_row` values per image (of type T).
   const auto at = [&](auto* p, int64_t per_row) { return p + span.row0 * per_row; };
   // Where step si's output goes in `buf` (L.a or L.b): its rows there, or -- a piece's image steps before the
@@ -324,50 +318,38 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
                  int(ly.in_w), int(ly.kernel), int(ly.stride), ly.max_mode, st);
         std::swap(cur, other);
         break;
-      case Kind::FC: {
-        // The first FC step reads the last image step's output at the span's rows. A piece's FC steps (span.blas)
-        // write into its scratch: at its rows of the lane's buffers an FC output, of another width than the conv
-        // output there, would overlap another piece's rows.
-        const bool first_fc = si == plan.image_steps;
-        float* x = first_fc ? at(cur, ly.in_c) : cur;
-        const __half* x16 = first_fc ? at(reinterpret_cast<const __half*>(cur), ly.in_c)
-                                     : reinterpret_cast<const __half*>(cur);
-        // dst: where the step writes; spare: the buffer whose input the step no longer needs (the lane's cur)
-        float* dst = other;
-        float* spare = cur;
-        if (scratched) {
-          dst = cur == span.scratch[0] ? span.scratch[1] : span.scratch[0];
-          spare = dst == span.scratch[0] ? span.scratch[1] : span.scratch[0];
-        }
-        float* y = dst;
+      case Kind::FC:
         if (plan.head && si + 1 == nsteps) {
           const Step& prev = plan.steps[si - 1];
           const int64_t ldh = fc_math_ == FcMath::FP16 ? fc16_rows(ly.in_c) : ly.in_c;
-          fc_head(x, ldh, prev.layer->b.get(), prev.fc_act, ly.w.get(), ly.b.get(), dst, labels, rows, ly.in_c,
-                  ly.out_c, st);
+          fc_head(cur, ldh, prev.layer->b.get(), prev.fc_act, ly.w.get(), ly.b.get(), other, labels, rows,
+                  ly.in_c, ly.out_c, st);
         } else if (fc_math_ == FcMath::FP16) {
-          // half input: as the conv before wrote it, or rounded here into dst (the GEMM then writes into spare)
+          // half input: as the conv before wrote it, or rounded here into `other` (the GEMM then writes into cur,
+          // whose float32 input it no longer needs)
+          const __half* x16 = reinterpret_cast<const __half*>(cur);
+          float* y = other;
           if (!cur_half) {
-            f32_to_f16(x, reinterpret_cast<__half*>(dst), size_t(rows * ly.in_c), st);
-            x16 = reinterpret_cast<const __half*>(dst);
-            y = spare;
+            f32_to_f16(cur, reinterpret_cast<__half*>(other), size_t(rows * ly.in_c), st);
+            x16 = reinterpret_cast<const __half*>(other);
+            y = cur;
           }
           if (plan.head && si + 2 == nsteps)  // every padded column: the head reads the first out_c of each row
-            fc_gemm_f16(blas, x16, ly.w16.get(), y, rows, ly.in_c, fc16_rows(ly.out_c), fc16_rows(ly.out_c), st);
+            fc_gemm_f16(L.blas.get(), x16, ly.w16.get(), y, rows, ly.in_c, fc16_rows(ly.out_c), fc16_rows(ly.out_c),
+                        st);
           else
-            fully_connected_f16(blas, x16, ly.w16.get(), ly.b.get(), y, rows, ly.in_c, ly.out_c, step.fc_act, st);
+            fully_connected_f16(L.blas.get(), x16, ly.w16.get(), ly.b.get(), y, rows, ly.in_c, ly.out_c, step.fc_act,
+                                st);
           cur_half = false;
+          if (y == cur) break;  // the output is in cur already
         } else if (plan.head && si + 2 == nsteps) {  // bias and activation follow in the head
-          fc_gemm(blas, x, ly.w.get(), dst, rows, ly.in_c, ly.out_c, fc_math_, st);
+          fc_gemm(L.blas.get(), cur, ly.w.get(), other, rows, ly.in_c, ly.out_c, fc_math_, st);
         } else {
-          fully_connected(blas, x, ly.w.get(), ly.b.get(), dst, rows, ly.in_c, ly.out_c, step.fc_act, fc_math_, st);
+          fully_connected(L.blas.get(), cur, ly.w.get(), ly.b.get(), other, rows, ly.in_c, ly.out_c, step.fc_act,
+                          fc_math_, st);
         }
-        if (y != cur) {
-          other = scratched ? (y == span.scratch[0] ? span.scratch[1] : span.scratch[0]) : cur;
-          cur = y;
-        }
+        std::swap(cur, other);
         break;
-      }
       case Kind::Flatten:
       case Kind::Softmax:
         break;
@@ -492,7 +474,6 @@ GpuNetwork::Chunking GpuNetwork::prepare_chunks(int64_t rows, int chunks, int st
   while (forked_.size() < npieces) forked_.emplace_back(cudaEventDisableTiming);
   while (pieced_.size() < npieces) pieced_.emplace_back(cudaEventDisableTiming);
   while (piece_streams_.size() < npieces - size_t(ck.nchunks) + 1) piece_streams_.emplace_back();
-  while (piece_blas_.size() < piece_streams_.size()) piece_blas_.emplace_back();
   while (joined_.size() < ck.nlanes) joined_.emplace_back(cudaEventDisableTiming);
   return ck;
 }
@@ -541,28 +522,24 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
     while (p < npieces && ck.piece_at[p] < r0 + rc) ++p;
     if (p - first > 1) {
       // A part in pieces (prepare_chunks only splits where the first conv reads the uint8 images on the device):
-      // each piece runs the whole network on a stream of its own, from when its copy has landed (not after the
-      // piece before: in one stream the last piece's first conv waited for the conv before it), with a cuBLAS
-      // handle of its own. The pieces write disjoint rows of the lane's buffers and labels, and their own scratch,
-      // after the lane's earlier work (its part before, in a pass of more parts than lanes). Only the last piece's
-      // network then runs after the last copy; with the FC layers on the whole part after every piece, the last
-      // copy was followed by those too (sp19 on an H200: 14 + 6.6 us of a 71 us tail, pinned_trace in
-      // results/bench-e2e-nvidia-h200-2026-11-25-sp19-copies-first.json).
+      // the image steps of each piece on a stream of its own, from when its copy has landed (not after the piece
+      // before: in one stream the last piece's first conv waited for the conv before it); the FC steps on the
+      // whole part, in the lane, after every piece. The pieces write disjoint rows of the lane's buffers, after
+      // the lane's earlier work (its part before, in a pass of more parts than lanes).
       for (size_t q = first; q < p; ++q) {
         const cudaStream_t ps = piece_streams_[q - first].get();
         if (pageable) copy(q);
         forked_[q].order(st, ps);
         CUDA_CHECK(cudaStreamWaitEvent(ps, copied_[q].get(), wait_flags));
         const int64_t q0 = ck.piece_at[q], qc = ck.piece_at[q + 1] - q0;
-        StepSpan span{0, SIZE_MAX, q0 - r0};
+        StepSpan span{0, plan.image_steps, q0 - r0};
         for (int i = 0; i < 2; ++i) span.scratch[i] = piece_scratch_[i].get() + (q0 - r0) * plan.piece_elems;
-        span.blas = piece_blas_[q - first].get();
         run_lane(L, qc, plan, ck.timing, unused, &chunk_events_[q], nullptr,
-                 pass_in_.get() + size_t(q0) * ck.in_bytes, (labels ? labels : L.labels.get()) + (q0 - r0), span,
-                 ps);
+                 pass_in_.get() + size_t(q0) * ck.in_bytes, nullptr, span, ps);
       }
       // joined after every fork: a fork recorded on the lane after a join would wait for that piece
       for (size_t q = first; q < p; ++q) pieced_[q].order(piece_streams_[q - first].get(), st);
+      run_lane(L, rc, plan, ck.timing, unused, nullptr, nullptr, part, labels, {plan.image_steps, SIZE_MAX, 0});
     } else {
       if (pageable) copy(first);
       if (!on_device) CUDA_CHECK(cudaStreamWaitEvent(st, copied_[first].get(), wait_flags));

@@ -89,8 +89,6 @@ struct StepSpan {
   // A piece of a part (queue_chunks): where its image steps before the last keep their outputs instead of the
   // lane's a and b (each room for the piece's rows at the plan's piece_elems); null: in the lane's buffers.
   float* scratch[2] = {nullptr, nullptr};
-  // A piece that runs the FC steps too (with scratch): its own cuBLAS handle, for its stream beside the others'.
-  cublasHandle_t blas = nullptr;
 };
 
 class GpuNetwork {
@@ -280,7 +278,6 @@ class GpuNetwork {
   // A part in pieces: each piece's image steps on a stream of its own (piece_streams_[i] for its i-th piece),
   // forked from the part's lane (forked_[piece]) and joined back before its FC steps (pieced_[piece]).
   std::vector<Stream> piece_streams_;
-  std::vector<CublasHandle> piece_blas_;  // [i]: piece_streams_[i]'s
   std::vector<Event> forked_, pieced_;
   // The pieces' scratch (StepSpan::scratch): each piece's rows of the part at the plan's piece_elems per image.
   DeviceBuffer<float> piece_scratch_[2];
