@@ -28,7 +28,9 @@
 //   - From pinned memory, a chunked pass whose variants are all graph_capturable is captured into one CUDA graph
 //     the second time the same pass comes (same sizes, pointers, variants and FC math; the first run is plain,
 //     and warms what a variant sets up once) and replayed after: one launch on the host instead of ~10 per
-//     part. ForwardResult::replayed says whether it was. sp19 on an H200, 16 parts on 4 streams, pinned (the
+//     part. ForwardResult::replayed says whether it was. The copies stay outside the graph: every call queues
+//     them first, then launches the compute, whose parts wait for their copies' events, so the copy engine
+//     starts while the host is still launching the graph. sp19 on an H200, 16 parts on 4 streams, pinned (the
 //     pipeline rows of results/bench-e2e-nvidia-h200-2026-11-24-*.json): 0.841 ms plain (-sp19-events), 0.787
 //     replayed with the copies in order (-sp19-graph-events), 0.619 without the op-time events too (-sp19-graph):
 //     in a replayed graph those events cost more than the launches did (op_times below).
