@@ -1,5 +1,6 @@
 """Step 29 (gpu-split-f16-taps-wgmma) at the edges of what it adds to step 28: (filter, tap column) pairs as the
-wgmma's rows, R = M x K of them over one or two warpgroups (R = 7, 64, 65, 126, 128 and the sweep's rows),
+wgmma's rows, R = M x K of them over one or two warpgroups (R = 7, 64, 65, 126, 128 and the sweep's rows), more
+than 128 in filter groups of one launch each (the last group with fewer filters, K = 1 to 7),
 K = 1 (nothing to add up) to 7, tiles of 128 - (K - 1) stored positions that start at each image's first row or
 run on across images, the epilogue adding K staged columns, rows of one output pixel (Wo = 1), channel counts that
 pad to 16 or to several bands of 32, persistent blocks over many tiles, and a batch cut into chunks of planes. The
@@ -50,6 +51,12 @@ SHAPES = [
     (3, 16, 1500, 150, 3, 1),  # 14 MB of planes per image, K = 1
     (25, 96, 200, 200, 4, 1),  # 15 MB per image, K = 1: the batch in two chunks
     (2, 2, 40, 3, 5, 3),       # Wo = 1: a third of the flat grid is stored
+    (2, 11, 31, 31, 27, 5),    # the sweep's s08 at batch 2: 135 pairs, 3 groups of 9 filters
+    (2, 15, 24, 24, 38, 7),    # 266 pairs: 5 groups of 8 filters, the last of 6
+    (2, 8, 16, 16, 50, 3),     # 150 pairs: 3 groups, the last of 16 filters
+    (2, 4, 12, 12, 129, 1),    # K = 1, 129 pairs: 3 groups of 43
+    (3, 6, 10, 10, 64, 7),     # 448 pairs (the sweep's largest M x K): 4 groups of 16 filters, two warpgroups each
+    (60, 11, 31, 31, 27, 5),   # s08 at batch 60: every group over many tiles
 ]
 
 
@@ -76,17 +83,10 @@ def test_a_smaller_layer_after_a_larger_one_reuses_the_workspace_correctly():
 
 @requires_gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(10000, 29, 29, 29, 19, 5), (10000, 26, 26, 26, 25, 5)])
+@pytest.mark.parametrize("shape", [(10000, 29, 29, 29, 19, 5), (10000, 26, 26, 26, 25, 5), (10000, 11, 31, 31, 27, 5)])
 def test_the_sweeps_small_image_rows_are_supported(shape):
     """The rows the step is for (its file's header) run at batch 10000 on a Hopper GPU."""
     assert gpu().why_unsupported(NAME, *shape) == ""
-
-
-@requires_gpu_module
-def test_more_than_128_pairs_are_refused_in_one_line():
-    """The sweep's s08 (M = 27, K = 5) is one such layer."""
-    assert gpu().why_unsupported(NAME, 2, 11, 31, 31, 27, 5) == (
-        f"{NAME}: M x K = 135 (filter, tap column) pairs; at most 128 (64 per warpgroup, 2 warpgroups)")
 
 
 @requires_gpu_module

@@ -19,9 +19,10 @@
 //   and write hi + 2^-11 lo (one float per pair and column) to a staging area in shared memory. A producer
 //   warpgroup copies the slabs (double-buffered) and adds each output's K staged columns. Named barriers pass the
 //   buffers between them (slab full / empty, staging area full / empty).
-// - Refused: R > 128 (two warpgroups of 128 accumulators per thread beside the producers: 168 registers a thread),
-//   K other than 1, 3, 5, 7, shared memory beyond 227 KB, and any GPU or build without sm_90a code
-//   (wgmma_probe.cuh).
+// - At most 128 pairs a launch (two warpgroups of 128 accumulators per thread beside the producers: 168 registers a
+//   thread): a layer with more runs its filters in groups, one launch each over the same planes (plan picks the
+//   grouping). Refused: K other than 1, 3, 5, 7, shared memory beyond 227 KB, and any GPU or build without sm_90a
+//   code (wgmma_probe.cuh).
 // - Range: as steps 19-28, a value beyond the FP16 range (|v| > 65504) becomes inf, and the outputs it reaches inf
 //   or NaN, never a quietly wrong number.
 // What each change gave (a probe launching the variant on device buffers, H200, batch 10000, CUDA events, median
@@ -71,8 +72,11 @@ constexpr int STAGE_STRIDE = TILE + 8;  // floats per staged row: float2 writes 
 constexpr size_t kSmemLimit = 227 * 1024;
 
 struct Params {
-  int H, W, Cp, Ho, Wo, P, M;
-  int R;                // M * K (filter, tap column) pairs
+  int H, W, Cp, Ho, Wo, P;
+  int M;                // this launch's filters (its group's)
+  int Mtot;             // the layer's filters: an output image is Mtot * P floats
+  int groups, Mg;       // filter groups (one launch each) of Mg filters, the last possibly fewer
+  int R;                // Mg * K (filter, tap column) pairs
   int ch;               // channels per band: 16 (C <= 16) or 32
   int bands;            // Cp / ch
   int per_image;        // 1: tiles start at each image's first position; 0: tiles run on across images
@@ -173,7 +177,7 @@ __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
         const long long b = pos / HW;
         const int j = int(pos - b * HW), oh = j / p.W, ow = j - oh * p.W;
         if (oh >= p.Ho || ow >= p.Wo) continue;
-        float* out = y + b * p.M * (long long)p.P + oh * p.Wo + ow;
+        float* out = y + b * p.Mtot * (long long)p.P + oh * p.Wo + ow;
         const float* s = stage + q0;
 #pragma unroll 4
         for (int f = 0; f < p.M; ++f, s += K * STAGE_STRIDE) {
@@ -284,10 +288,18 @@ constexpr const char* kName = "gpu-split-f16-taps-wgmma";
 std::string plan(const ConvShape& s, Params& p) {
   if (s.K != 1 && s.K != 3 && s.K != 5 && s.K != 7)
     return std::string(kName) + ": K = " + std::to_string(s.K) + "; its kernels are built for K = 1, 3, 5 and 7";
-  const int64_t R = s.M * s.K;
-  if (R > 64 * MAX_WG)
-    return std::string(kName) + ": M x K = " + std::to_string(R) + " (filter, tap column) pairs; at most " +
-           std::to_string(64 * MAX_WG) + " (64 per warpgroup, " + std::to_string(MAX_WG) + " warpgroups)";
+  // Filter groups: at most 64 * MAX_WG pairs fit one launch, so a layer with more runs in G launches of Mg
+  // filters each (the slab read again by each): the G whose launches multiply the fewest rows (64 per warpgroup),
+  // the fewest launches among equals. s08 (M=27 K=5, 135 pairs): 3 groups of 9 filters, 3 x 64 rows, where 2
+  // groups of 14 would take 2 x 128.
+  int64_t G = 0, Mg = 0, rows_best = 0;
+  for (int64_t g = 1; g <= s.M; ++g) {
+    const int64_t mg = (s.M + g - 1) / g;
+    if (mg * s.K > 64 * MAX_WG || (g - 1) * mg >= s.M) continue;
+    const int64_t rows_g = g * 64 * ((mg * s.K + 63) / 64);
+    if (!G || rows_g < rows_best) G = g, Mg = mg, rows_best = rows_g;
+  }
+  const int64_t R = Mg * s.K;
   const int64_t ch = s.C <= 16 ? 16 : 32, Cp = (s.C + ch - 1) / ch * ch, Ho = s.Ho(), Wo = s.Wo();
   if (s.H * s.W * Cp > (int64_t(1) << 30))
     return std::string(kName) + ": an image of " + std::to_string(s.H * s.W * Cp) +
@@ -302,7 +314,8 @@ std::string plan(const ConvShape& s, Params& p) {
            " staged rows (" + std::to_string(stage / 1024) + " KB) exceed " + std::to_string(kSmemLimit / 1024) +
            " KB of shared memory";
   p.H = int(s.H); p.W = int(s.W); p.Cp = int(Cp);
-  p.Ho = int(Ho); p.Wo = int(Wo); p.P = int(Ho * Wo); p.M = int(s.M);
+  p.Ho = int(Ho); p.Wo = int(Wo); p.P = int(Ho * Wo); p.M = int(Mg); p.Mtot = int(s.M);
+  p.groups = int(G); p.Mg = int(Mg);
   p.R = int(R);
   p.ch = int(ch);
   p.bands = int(bands);
@@ -336,26 +349,34 @@ void conv_fwd_gpu_split_f16_taps_wgmma(const float* x, const float* k, float* y,
   if (!why.empty()) throw std::invalid_argument(why);
   if (s.B == 0 || s.M == 0) return;
 
-  const int64_t R = s.M * s.K, wgs = std::max<int64_t>(1, (R + 63) / 64), tout = TILE - (s.K - 1);
+  const int64_t R = p.R, wgs = std::max<int64_t>(1, (R + 63) / 64), tout = TILE - (s.K - 1);
   const Kernel kernel = pick(R, s.K, p.ch);
+  const int64_t G = p.groups, Mg = p.Mg;
+  const auto group_filters = [&](int64_t g) { return std::min(Mg, s.M - g * Mg); };
   const int threads = int(wgs * WG_THREADS + PRODUCERS);
   const size_t smem = smem_bytes(p);
   const long long resident = persistent_blocks(kName, kernel, threads, smem);
-  // The weights' image is w_bytes; run_in_chunks keeps two planes of wplane halves for it, one after the other.
-  const size_t wplane = (size_t(p.w_bytes) / 2 + 1) / 2;
+  // Each group's weights' image is w_bytes, one after the other; run_in_chunks keeps two planes of wplane halves
+  // for them, one after the other.
+  const size_t wplane = (size_t(G) * size_t(p.w_bytes) / 2 + 1) / 2;
   planes::run_in_chunks(
       x, s, p.Cp, wplane, st,
       [&](uint4* w, uint4*, unsigned) {
         const int pieces = p.w_bytes / 16;
-        split_weights<<<unsigned((pieces + 255) / 256), 256, 0, st>>>(k, w, int(s.M), int(s.C), int(s.K), p.ch,
-                                                                      p.bands, int(wgs), pieces);
+        for (int64_t g = 0; g < G; ++g)
+          split_weights<<<unsigned((pieces + 255) / 256), 256, 0, st>>>(
+              k + g * Mg * s.C * s.K * s.K, w + g * pieces, int(group_filters(g)), int(s.C), int(s.K), p.ch, p.bands,
+              int(wgs), pieces);
       },
       [&](const __half* xh, const __half* xl, const __half* w, const __half*, int64_t b0, int64_t nb) {
         p.pixels = nb * s.H * s.W;
         p.tiles = p.per_image ? nb * p.tiles_per_image : (p.pixels + tout - 1) / tout;
         const long long blocks = std::min(p.tiles, resident);
-        kernel<<<unsigned(blocks), unsigned(threads), smem, st>>>(xh, xl, reinterpret_cast<const uint4*>(w),
-                                                                  y + b0 * s.M * p.P, p);
+        for (int64_t g = 0; g < G; ++g) {
+          p.M = int(group_filters(g));
+          kernel<<<unsigned(blocks), unsigned(threads), smem, st>>>(
+              xh, xl, reinterpret_cast<const uint4*>(w) + g * (p.w_bytes / 16), y + (b0 * s.M + g * Mg) * p.P, p);
+        }
       });
 }
 
@@ -363,8 +384,8 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .name = "gpu-split-f16-taps-wgmma",
     .step = 29,
     .summary = "step 28 with the taps kw folded into the wgmma's M: (filter, tap column) pairs x 128 positions, "
-               "the epilogue adding the K columns; warp-specialised (a producer warpgroup copies and stores); M x K <= "
-               "128",
+               "the epilogue adding the K columns; warp-specialised (a producer warpgroup copies and stores); over 128 "
+               "pairs, the filters in groups of one launch each",
     .launch = conv_fwd_gpu_split_f16_taps_wgmma,
     .supports = conv_supports_gpu_split_f16_taps_wgmma,
     .graph_capturable = false,  // the planes' workspace grows (moves) when a larger layer comes
