@@ -41,7 +41,12 @@
 // Measured (results/bench-nvidia-h200-2026-11-25-sweep-step29.json, `invoke bench --sweep`, H200, batch 10000):
 // the best float32 variant on 24 of the 80 rows (ms; the previous best float32 variant; cuDNN FP32): s37 2.00
 // (step 28 3.04; 2.26: 1.13x, was 0.72x), s17 1.67 (step 28 2.52; 2.34: 1.40x, was 0.93x), s23 12.0 (step 17
-// 39.1; 105), s32 4.66 (step 27 9.44; 19.8). Still behind cuDNN: s08 (C=11 31x31 M=27 K=5: 135 pairs, refused).
+// 39.1; 105), s32 4.66 (step 27 9.44; 19.8). Still behind cuDNN: s08 (C=11 31x31 M=27 K=5: 135 pairs, refused
+// then).
+// Filter groups (the probe above; ms at batch 10000; the best other float32 variant; cuDNN FP32): s21 (M=58 K=5, 5
+// groups of 12) 2.25 (step 26 2.50; 4.07), s27 (M=56 K=3, 3 groups of 19) 7.62 (step 20 7.75; 10.6); slower than
+// another variant on s02 (M=38 K=7) 2.82 (step 27 2.45) and s08 (3 groups of 9) 3.17 (step 21 2.01; cuDNN 1.70):
+// each launch reads the planes again, and one multiplying warpgroup keeps a producer warpgroup of its own.
 #include <cuda_runtime.h>
 
 #include <algorithm>
