@@ -1,6 +1,7 @@
 """Step 29 (gpu-split-f16-taps-wgmma) at the edges of what it adds to step 28: (filter, tap column) pairs as the
 wgmma's rows, R = M x K of them over one or two warpgroups (R = 7, 64, 65, 126, 128 and the sweep's rows), more
-than 128 in filter groups of one launch each (the last group with fewer filters, K = 1 to 7),
+than 128 in filter groups over the same slab (the last group with fewer filters, K = 1 to 7), in launches of as
+many groups as shared memory holds the weights of,
 K = 1 (nothing to add up) to 7, tiles of 128 - (K - 1) stored positions that start at each image's first row or
 run on across images, the epilogue adding K staged columns, rows of one output pixel (Wo = 1), channel counts that
 pad to 16 or to several bands of 32, persistent blocks over many tiles, and a batch cut into chunks of planes. The
@@ -57,6 +58,7 @@ SHAPES = [
     (2, 4, 12, 12, 129, 1),    # K = 1, 129 pairs: 3 groups of 43
     (3, 6, 10, 10, 64, 7),     # 448 pairs (the sweep's largest M x K): 4 groups of 16 filters, two warpgroups each
     (60, 11, 31, 31, 27, 5),   # s08 at batch 60: every group over many tiles
+    (3, 32, 12, 12, 40, 7),    # 5 groups of 8 filters, 56 KB of weights each: launches of 2, 2 and 1 groups
 ]
 
 

@@ -20,8 +20,9 @@
 //   warpgroup copies the slabs (double-buffered) and adds each output's K staged columns. Named barriers pass the
 //   buffers between them (slab full / empty, staging area full / empty).
 // - At most 128 pairs a launch (two warpgroups of 128 accumulators per thread beside the producers: 168 registers a
-//   thread): a layer with more runs its filters in groups, one launch each over the same planes (plan picks the
-//   grouping). Refused: K other than 1, 3, 5, 7, shared memory beyond 227 KB, and any GPU or build without sm_90a
+//   thread): a layer with more runs its filters in groups (plan picks the grouping), each group's wgmmas, staging
+//   and stores over the tile's slab in turn, a launch holding the weights of as many groups as shared memory
+//   takes. Refused: K other than 1, 3, 5, 7, shared memory beyond 227 KB, and any GPU or build without sm_90a
 //   code (wgmma_probe.cuh).
 // - Range: as steps 19-28, a value beyond the FP16 range (|v| > 65504) becomes inf, and the outputs it reaches inf
 //   or NaN, never a quietly wrong number.
@@ -81,9 +82,10 @@ constexpr size_t kSmemLimit = 227 * 1024;
 
 struct Params {
   int H, W, Cp, Ho, Wo, P;
-  int M;                // this launch's filters (its group's)
   int Mtot;             // the layer's filters: an output image is Mtot * P floats
-  int groups, Mg;       // filter groups (one launch each) of Mg filters, the last possibly fewer
+  int groups, Mg;       // filter groups of Mg filters (the last possibly fewer), each group's rows in turn
+  int gl_max;           // groups a launch holds the weights of (shared memory): launches of gl_max groups
+  int g0, gl;           // this launch's first group and its number of groups
   int R;                // Mg * K (filter, tap column) pairs
   int ch;               // channels per band: 16 (C <= 16) or 32
   int bands;            // Cp / ch
@@ -92,16 +94,16 @@ struct Params {
   int slab_rows;        // TILE + (K - 1) * W
   int band_bytes;       // one band of a slab: slab_rows rows of 4 ch bytes (hi, lo), rounded up to 1024
   int slab_bytes;       // one slab buffer: bands * band_bytes
-  int w_bytes;          // the weights: K * bands * warpgroups * 2 (hi, lo) tiles of 64 rows of 2 ch bytes
+  int w_bytes;          // a group's weights: K * bands * warpgroups * 2 (hi, lo) tiles of 64 rows of 2 ch bytes
   int stage_bytes;      // R rows of STAGE_STRIDE floats
   long long pixels;     // this launch's images' pixels: images * H * W
   long long tiles;      // this launch's tiles
 };
 
-// Shared memory: the weights, two slab buffers and the staging area, from a 1024-byte aligned base (the
-// swizzle's origin).
+// Shared memory: the weights of gl_max groups, two slab buffers and the staging area, from a 1024-byte aligned
+// base (the swizzle's origin).
 size_t smem_bytes(const Params& p) {
-  return 1024 + size_t(p.w_bytes) + 2 * size_t(p.slab_bytes) + size_t(p.stage_bytes);
+  return 1024 + size_t(p.gl_max) * size_t(p.w_bytes) + 2 * size_t(p.slab_bytes) + size_t(p.stage_bytes);
 }
 
 // k[m][c][kh][kw] -> w[kh][band][warpgroup][hi, lo][64 rows: pairs r = f K + kw][ch halves], zero past C and R,
@@ -139,12 +141,13 @@ __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
   constexpr int ch = 16 * KS;           // channels per band
   constexpr int ra = 4 * ch, rb = 2 * ch;  // row bytes of the slab and of the weights
   extern __shared__ float4 smem4[];
-  const uint32_t base = igemm::smem_u32(smem4), w_s = (base + 1023u) & ~1023u, slab0 = w_s + uint32_t(p.w_bytes);
+  const uint32_t base = igemm::smem_u32(smem4), w_s = (base + 1023u) & ~1023u;
+  const uint32_t slab0 = w_s + uint32_t(p.gl_max * p.w_bytes);
   float* stage = reinterpret_cast<float*>(reinterpret_cast<char*>(smem4) + (slab0 - base) + 2 * p.slab_bytes);
   const int tid = threadIdx.x, HW = p.H * p.W;
   const long long t0 = blockIdx.x, t_step = gridDim.x;
 
-  for (int i = tid; i < p.w_bytes / 16; i += THREADS) planes::cp_async16(w_s + 16 * i, w + i, true);
+  for (int i = tid; i < p.gl * p.w_bytes / 16; i += THREADS) planes::cp_async16(w_s + 16 * i, w + i, true);
   cp_async_commit();
   cp_async_wait(1);
   wgmma::fence_proxy_async();
@@ -174,21 +177,22 @@ __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
       wgmma::fence_proxy_async();
       bar_arrive(kFull0 + buf, THREADS);
     };
-    // Tile t's outputs from the staging area: thread pt takes positions pt, pt + PRODUCERS, ... and every filter,
-    // each output the sum of its K staged columns q .. q + K - 1 (consecutive threads, consecutive columns and
-    // outputs).
-    auto store = [&](long long tile) {
+    // Tile t's outputs of group g from the staging area: thread pt takes positions pt, pt + PRODUCERS, ... and
+    // every filter of the group, each output the sum of its K staged columns q .. q + K - 1 (consecutive threads,
+    // consecutive columns and outputs).
+    auto store = [&](long long tile, int g) {
       const long long p0 = first(tile);
+      const int f0 = (p.g0 + g) * p.Mg, nf = min(p.Mg, p.Mtot - f0);
       for (int q0 = pt; q0 < TOUT; q0 += PRODUCERS) {
         const long long pos = p0 + q0;
         if (pos >= p.pixels) break;
         const long long b = pos / HW;
         const int j = int(pos - b * HW), oh = j / p.W, ow = j - oh * p.W;
         if (oh >= p.Ho || ow >= p.Wo) continue;
-        float* out = y + b * p.Mtot * (long long)p.P + oh * p.Wo + ow;
+        float* out = y + (b * p.Mtot + f0) * (long long)p.P + oh * p.Wo + ow;
         const float* s = stage + q0;
 #pragma unroll 4
-        for (int f = 0; f < p.M; ++f, s += K * STAGE_STRIDE) {
+        for (int f = 0; f < nf; ++f, s += K * STAGE_STRIDE) {
           float sum = s[0];
 #pragma unroll
           for (int kw = 1; kw < K; ++kw) sum += s[kw * STAGE_STRIDE + kw];
@@ -207,13 +211,18 @@ __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
     for (long long i = 0, t = t0; t < p.tiles; ++i, t += t_step) {
       const int buf = int(i & 1);
       const bool refill = t + 2 * t_step < p.tiles;
-      if (refill) {  // the consumers are done with tile t's buffer: tile t + 2 into it, landing while t is stored
-        bar_sync(kEmpty0 + buf, THREADS);
-        load_slab(t + 2 * t_step, buf);
+      for (int g = 0; g < p.gl; ++g) {
+        // Before the last group's store: tile t + 2 into tile t's buffer, landing while t is stored. The consumers
+        // free the buffer after the last group's wgmmas, and stage a group only once the one before is stored, so
+        // waiting for it before an earlier group's store would wait forever.
+        if (refill && g + 1 == p.gl) {
+          bar_sync(kEmpty0 + buf, THREADS);
+          load_slab(t + 2 * t_step, buf);
+        }
+        bar_sync(kStageFull, THREADS);
+        store(t, g);
+        if (g + 1 < p.gl || t + t_step < p.tiles) bar_arrive(kStageEmpty, THREADS);
       }
-      bar_sync(kStageFull, THREADS);
-      store(t);
-      if (t + t_step < p.tiles) bar_arrive(kStageEmpty, THREADS);
       if (refill) announce(buf);
     }
   } else {
@@ -222,46 +231,52 @@ __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
     const int wg = warp_id >> 2, warp = warp_id & 3, lane = tid & 31;
     const int g8 = lane >> 2, c2 = 2 * (lane & 3), r_lo = 64 * wg + 16 * warp + g8;
     float hi[TILE / 2], lo[TILE / 2];  // W.hi X.hi; W.lo X.hi + W.hi X.lo
-    const uint64_t w_g = wgmma::desc(w_s + uint32_t(wg * 2 * 64 * rb), rb);
     const uint32_t w_tile = uint32_t(64 * rb), row_step = uint32_t(p.W * ra);
     for (long long i = 0, t = t0; t < p.tiles; ++i, t += t_step) {
       const int buf = int(i & 1);
       bar_sync(kFull0 + buf, THREADS);  // tile t's slab is in
       wgmma::fence();
       const uint64_t x_t = wgmma::desc(slab0 + uint32_t(buf * p.slab_bytes), ra);
+      // The launch's groups in turn over the same slab: each group's rows, staged and stored before the next's.
 #pragma unroll 1
-      for (int band = 0; band < p.bands; ++band) {
+      for (int g = 0; g < p.gl; ++g) {
+        const uint64_t w_g = wgmma::desc(w_s + uint32_t(g * p.w_bytes + wg * 2 * 64 * rb), rb);
+        if (g > 0) wgmma::fence();
+#pragma unroll 1
+        for (int band = 0; band < p.bands; ++band) {
 #pragma unroll
-        for (int ks = 0; ks < KS; ++ks) {
-          const uint64_t x_bk = wgmma::advance(x_t, uint32_t(band * p.band_bytes + 32 * ks));
-          const uint64_t w_bk = wgmma::advance(w_g, uint32_t(band * NWG * 2) * w_tile + uint32_t(32 * ks));
+          for (int ks = 0; ks < KS; ++ks) {
+            const uint64_t x_bk = wgmma::advance(x_t, uint32_t(band * p.band_bytes + 32 * ks));
+            const uint64_t w_bk = wgmma::advance(w_g, uint32_t(band * NWG * 2) * w_tile + uint32_t(32 * ks));
 #pragma unroll
-          for (int kh = 0; kh < K; ++kh) {
-            const int accumulate = band | ks | kh;
-            const uint64_t a_hi = wgmma::advance(w_bk, uint32_t(kh * p.bands * NWG * 2) * w_tile);
-            const uint64_t x = wgmma::advance(x_bk, kh * row_step);
-            wgmma::mma_f16<TILE>(hi, a_hi, x, accumulate);
-            wgmma::mma_f16<TILE>(lo, wgmma::advance(a_hi, w_tile), x, accumulate);
-            wgmma::mma_f16<TILE>(lo, a_hi, wgmma::advance(x, ra / 2), 1);
+            for (int kh = 0; kh < K; ++kh) {
+              const int accumulate = band | ks | kh;
+              const uint64_t a_hi = wgmma::advance(w_bk, uint32_t(kh * p.bands * NWG * 2) * w_tile);
+              const uint64_t x = wgmma::advance(x_bk, kh * row_step);
+              wgmma::mma_f16<TILE>(hi, a_hi, x, accumulate);
+              wgmma::mma_f16<TILE>(lo, wgmma::advance(a_hi, w_tile), x, accumulate);
+              wgmma::mma_f16<TILE>(lo, a_hi, wgmma::advance(x, ra / 2), 1);
+            }
           }
         }
-      }
-      wgmma::commit();
-      wgmma::wait<0>();
-      if (t + 2 * t_step < p.tiles) bar_arrive(kEmpty0 + buf, THREADS);  // its slab buffer may be refilled
-      if (i > 0) bar_sync(kStageEmpty, THREADS);  // the producers have stored the last tile
-      // hi + 2^-11 lo, one float per pair and column.
+        wgmma::commit();
+        wgmma::wait<0>();
+        // its slab buffer may be refilled after the last group
+        if (g + 1 == p.gl && t + 2 * t_step < p.tiles) bar_arrive(kEmpty0 + buf, THREADS);
+        if (i > 0 || g > 0) bar_sync(kStageEmpty, THREADS);  // the producers have stored the last group
+        // hi + 2^-11 lo, one float per pair and column.
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (r_lo + 8 * h >= p.R) continue;
-        float* st = stage + (r_lo + 8 * h) * STAGE_STRIDE + c2;
+        for (int h = 0; h < 2; ++h) {
+          if (r_lo + 8 * h >= p.R) continue;
+          float* st = stage + (r_lo + 8 * h) * STAGE_STRIDE + c2;
 #pragma unroll
-        for (int n = 0; n < TILE / 8; ++n)
-          *reinterpret_cast<float2*>(st + 8 * n) =
-              make_float2(fmaf(lo[4 * n + 2 * h], kSplitUnscale, hi[4 * n + 2 * h]),
-                          fmaf(lo[4 * n + 2 * h + 1], kSplitUnscale, hi[4 * n + 2 * h + 1]));
+          for (int n = 0; n < TILE / 8; ++n)
+            *reinterpret_cast<float2*>(st + 8 * n) =
+                make_float2(fmaf(lo[4 * n + 2 * h], kSplitUnscale, hi[4 * n + 2 * h]),
+                            fmaf(lo[4 * n + 2 * h + 1], kSplitUnscale, hi[4 * n + 2 * h + 1]));
+        }
+        bar_arrive(kStageFull, THREADS);
       }
-      bar_arrive(kStageFull, THREADS);
     }
   }
 #else
@@ -316,14 +331,17 @@ std::string plan(const ConvShape& s, Params& p) {
   const int64_t band_bytes = (rows * 4 * ch + 1023) / 1024 * 1024, slab = bands * band_bytes;
   const int64_t wts = s.K * bands * wgs * 2 * 64 * 2 * ch, stage = R * STAGE_STRIDE * 4;
   const int64_t smem = 1024 + wts + 2 * slab + stage;
+  // As many groups' weights as fit beside the slabs and the staging area run in one launch, each group over the
+  // slab in turn: the slab copied once for them (s08's three groups in one launch: 3.17 ms in three launches).
+  const int64_t gl_max = std::max<int64_t>(1, std::min(G, (int64_t(kSmemLimit) - 1024 - 2 * slab - stage) / wts));
   if (smem > int64_t(kSmemLimit))
     return std::string(kName) + ": weights (" + std::to_string(wts / 1024) + " KB), two slabs of " +
            std::to_string(rows) + " rows (" + std::to_string(slab / 1024) + " KB each) and " + std::to_string(R) +
            " staged rows (" + std::to_string(stage / 1024) + " KB) exceed " + std::to_string(kSmemLimit / 1024) +
            " KB of shared memory";
   p.H = int(s.H); p.W = int(s.W); p.Cp = int(Cp);
-  p.Ho = int(Ho); p.Wo = int(Wo); p.P = int(Ho * Wo); p.M = int(Mg); p.Mtot = int(s.M);
-  p.groups = int(G); p.Mg = int(Mg);
+  p.Ho = int(Ho); p.Wo = int(Wo); p.P = int(Ho * Wo); p.Mtot = int(s.M);
+  p.groups = int(G); p.Mg = int(Mg); p.gl_max = int(gl_max); p.g0 = 0; p.gl = int(gl_max);
   p.R = int(R);
   p.ch = int(ch);
   p.bands = int(bands);
@@ -380,10 +398,11 @@ void conv_fwd_gpu_split_f16_taps_wgmma(const float* x, const float* k, float* y,
         p.pixels = nb * s.H * s.W;
         p.tiles = p.per_image ? nb * p.tiles_per_image : (p.pixels + tout - 1) / tout;
         const long long blocks = std::min(p.tiles, resident);
-        for (int64_t g = 0; g < G; ++g) {
-          p.M = int(group_filters(g));
+        for (int64_t g0 = 0; g0 < G; g0 += p.gl_max) {
+          p.g0 = int(g0);
+          p.gl = int(std::min<int64_t>(p.gl_max, G - g0));
           kernel<<<unsigned(blocks), unsigned(threads), smem, st>>>(
-              xh, xl, reinterpret_cast<const uint4*>(w) + g * (p.w_bytes / 16), y + (b0 * s.M + g * Mg) * p.P, p);
+              xh, xl, reinterpret_cast<const uint4*>(w) + g0 * (p.w_bytes / 16), y + b0 * s.M * p.P, p);
         }
       });
 }
@@ -393,7 +412,7 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .step = 29,
     .summary = "step 28 with the taps kw folded into the wgmma's M: (filter, tap column) pairs x 128 positions, "
                "the epilogue adding the K columns; warp-specialised (a producer warpgroup copies and stores); over 128 "
-               "pairs, the filters in groups of one launch each",
+               "pairs, the filters in groups over the same slab",
     .launch = conv_fwd_gpu_split_f16_taps_wgmma,
     .supports = conv_supports_gpu_split_f16_taps_wgmma,
     .graph_capturable = false,  // the planes' workspace grows (moves) when a larger layer comes
