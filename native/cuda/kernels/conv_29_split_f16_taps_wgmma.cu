@@ -44,13 +44,15 @@
 // (step 28 3.04; 2.26: 1.13x, was 0.72x), s17 1.67 (step 28 2.52; 2.34: 1.40x, was 0.93x), s23 12.0 (step 17
 // 39.1; 105), s32 4.66 (step 27 9.44; 19.8). Still behind cuDNN: s08 (C=11 31x31 M=27 K=5: 135 pairs, refused
 // then).
-// Filter groups (the probe above; ms at batch 10000; the best other float32 variant; cuDNN FP32): s21 (M=58 K=5, 5
-// groups of 12) 2.25 (step 26 2.50; 4.07), s27 (M=56 K=3, 3 groups of 19) 7.62 (step 20 7.75; 10.6); slower than
-// another variant on s02 (M=38 K=7) 2.82 (step 27 2.45) and s08 (3 groups of 9) 3.17 (step 21 2.01; cuDNN 1.70):
-// each launch reads the planes again, and one multiplying warpgroup keeps a producer warpgroup of its own.
-// The sweep (results/bench-nvidia-h200-2026-11-25-sweep-step29-groups.json): the best float32 variant on 44 of the
-// 80 rows (24 before), e.g. s03 7.70 ms (step 26 12.3; cuDNN FP32 32.5), s13 20.1 (step 26 32.3; 107), s22 7.19
-// (step 26 12.0; 26.0); the geometric mean over the rows 2.13x cuDNN FP32 (2.03 before).
+// Filter groups, `invoke bench --sweep` (H200, batch 10000; ms; the best other float32 variant; cuDNN FP32):
+// - one launch per group (results/bench-nvidia-h200-2026-11-25-sweep-step29-groups.json): the best float32
+//   variant on 44 of the 80 rows (24 before), the geometric mean 2.13x cuDNN FP32 (2.03); slower than another
+//   variant where each launch read the planes again for few filters: s08 (3 groups of 9) 3.16 (step 21 2.00;
+//   1.71), s02 (M=38 K=7, 5 groups of 8) 2.78 (step 27 2.44; 2.55).
+// - the groups of a launch over the same slab in turn (results/bench-nvidia-h200-2026-11-25-sweep-step29-group-
+//   loop.json): the best on 51 rows, the geometric mean 2.19x; s08 2.30 (step 21 1.99; 1.64: still behind, 0.83x),
+//   s02 2.21 (1.15x, was 1.06x), s27 (M=56 K=3) 5.88 (step 20 7.73; 10.4), s28 (M=57 K=5) 32.9 (step 27 48.6;
+//   89.0), s25 (M=51 K=3) 24.8 (step 26 37.5; 60.0).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -332,7 +334,8 @@ std::string plan(const ConvShape& s, Params& p) {
   const int64_t wts = s.K * bands * wgs * 2 * 64 * 2 * ch, stage = R * STAGE_STRIDE * 4;
   const int64_t smem = 1024 + wts + 2 * slab + stage;
   // As many groups' weights as fit beside the slabs and the staging area run in one launch, each group over the
-  // slab in turn: the slab copied once for them (s08's three groups in one launch: 3.17 ms in three launches).
+  // slab in turn: the slab copied once for them (s08, three groups: 2.30 ms in one launch, 3.16 in three; the
+  // header).
   const int64_t gl_max = std::max<int64_t>(1, std::min(G, (int64_t(kSmemLimit) - 1024 - 2 * slab - stage) / wts));
   if (smem > int64_t(kSmemLimit))
     return std::string(kName) + ": weights (" + std::to_string(wts / 1024) + " KB), two slabs of " +
