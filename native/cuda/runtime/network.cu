@@ -496,11 +496,13 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
   for (size_t l = 0; l < ck.nlanes; ++l) joined_[l].order(origin, lanes_[l]->stream.get());
   const size_t npieces = ck.piece_at.size() - 1;
   const auto copy = [&](size_t c) { queue_copy(ck, c, src, pageable); };
-  // Pinned images were copied before this (queue_copies, outside a capture): in a capture a wait for one of
-  // those copies becomes an external event-wait node, which waits for the copy the host queued before each replay.
+  // Pinned images were copied before this (run_pass, queue_copy, outside a capture): in a capture a wait for one
+  // of those copies becomes an external event-wait node, which waits for the copy the host queued before each
+  // replay.
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(origin, &capturing));
-  const unsigned wait_flags = capturing == cudaStreamCaptureStatusActive ? cudaEventWaitExternal : cudaEventWaitDefault;
+  const unsigned wait_flags =
+      capturing == cudaStreamCaptureStatusActive ? cudaEventWaitExternal : cudaEventWaitDefault;
   // The labels go straight from the last kernel into pinned host memory where the device can address it (mapped:
   // every pinned allocation under unified addressing), instead of a device-to-host copy after it. The last part's
   // copy is on the pass's critical path: on an H200 it started 8 us after the head kernel it waited for had ended
