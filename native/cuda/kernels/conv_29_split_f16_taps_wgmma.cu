@@ -313,10 +313,10 @@ constexpr const char* kName = "gpu-split-f16-taps-wgmma";
 std::string plan(const ConvShape& s, Params& p) {
   if (s.K != 1 && s.K != 3 && s.K != 5 && s.K != 7)
     return std::string(kName) + ": K = " + std::to_string(s.K) + "; its kernels are built for K = 1, 3, 5 and 7";
-  // Filter groups: at most 64 * MAX_WG pairs fit one launch, so a layer with more runs in G launches of Mg
-  // filters each (the slab read again by each): the G whose launches multiply the fewest rows (64 per warpgroup),
-  // the fewest launches among equals. s08 (M=27 K=5, 135 pairs): 3 groups of 9 filters, 3 x 64 rows, where 2
-  // groups of 14 would take 2 x 128.
+  // Filter groups: at most 64 * MAX_WG pairs fit the accumulators, so a layer with more runs its filters in G
+  // groups of Mg, one after another over each tile's slab: the G whose groups multiply the fewest rows (64 per
+  // warpgroup), the fewest groups among equals. s08 (M=27 K=5, 135 pairs): 3 groups of 9 filters, 3 x 64 rows,
+  // where 2 groups of 14 would take 2 x 128.
   int64_t G = 0, Mg = 0, rows_best = 0;
   for (int64_t g = 1; g <= s.M; ++g) {
     const int64_t mg = (s.M + g - 1) / g;
