@@ -116,6 +116,59 @@ def test_sweep_rows_ratios_summary_and_goals(tmp_path, monkeypatch):
     assert json.loads(dest.read_text())["sweep"]["rows"][0]["variants"][0]["variant"] == "fake-plain"
 
 
+def test_cudnn_algorithm_from_its_kernel_names():
+    """Names as cuDNN 9 launches them on an H200 (the FFT three from Nsight Compute on the sweep's s08)."""
+    fft = ["void flip_filter<float, float>(T2 *, const T1 *, int, int, int, int)",
+           "void fft2d_r2c_32x32<float, 0, 5, 0>(float2 *, const T1 *, int, int, int, int, int, int, int, int)",
+           "sm80_xmma_gemm_cf32cf32_f32f32_cf32_tn_n_tilesize64x32x8_stage3_warpsize1x2x1_ffma_aligna8_alignc8",
+           "void fft2d_c2r_32x32<float, 0, 0, 0, 0, 0>(T1 *, const float2 *, int, int, int, int, int, int)"]
+    assert sweep.cudnn_algorithm(fft) == "FFT"  # its complex GEMM does not make it a GEMM
+    assert sweep.cudnn_algorithm(["void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>(...)",
+                                  "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n"]) == "Winograd"
+    assert sweep.cudnn_algorithm(["sm90_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nchwkcrs_nchw"]) == "implicit GEMM"
+    assert sweep.cudnn_algorithm(["void implicit_convolve_sgemm<float, float, 128, 5, 5>(...)"]) == "implicit GEMM"
+    assert sweep.cudnn_algorithm(["void im2col4d_kernel<float, int>(...)", "void explicit_convolve_sgemm<float>(...)"
+                                  ]) == "GEMM"
+    assert sweep.cudnn_algorithm(["void conv2d_grouped_direct_kernel<float>(...)"]) == "direct"
+    assert sweep.cudnn_algorithm(["void something_new(float *)"]) == "other"
+    assert sweep.cudnn_algorithm([]) is None and sweep.cudnn_algorithm(None) is None
+
+
+def test_cudnn_kernels_reach_the_row_the_json_and_the_table():
+    """A layer whose cuDNN FP32 entry holds the kernels (the resident bench's) gives rows with them and their family;
+    through the schema the table has the algorithm column; a file without them has none."""
+    layer = {"layer": "s00", "B": 8, "C": 11, "H": 31, "W": 31, "M": 27, "K": 5, "variants": [],
+             "cudnn": {"conv_ms": {"median": 1.6}, "conv_tanh_pool_ms": {"median": 2.5},
+                       "kernels": ["void fft2d_r2c_32x32<float, 0, 0, 0>(...)", "void fft2d_c2r_32x32<float>(...)"]}}
+    rows = sweep.rows_of(layer, {})
+    assert [r["cudnn_fp32_algorithm"] for r in rows] == ["FFT", "FFT"]
+    assert rows[0]["cudnn_fp32_kernels"] == layer["cudnn"]["kernels"] and "cudnn_fp32_kernels_error" not in rows[0]
+
+    class Result:
+        sweep = schema.Sweep.from_dict({"seed": 1, "batch": 8, "warmup": 1, "reps": 1, "rows": rows})
+
+    t = tables.sweep_table(Result)
+    col = t.header.index("cuDNN FP32 algorithm")
+    assert t.header[col - 1] == "cuDNN FP32 ms" and [r[col] for r in t.rows] == ["FFT", "FFT"]
+    assert any("fewer multiplies" in n for n in t.notes)
+    failed = dict(layer, cudnn={"conv_ms": {"median": 1.6}, "kernels_error": "RuntimeError: CUPTI busy"})
+    rows = sweep.rows_of(failed, {})
+    assert rows[0]["cudnn_fp32_kernels_error"] == "RuntimeError: CUPTI busy" and "cudnn_fp32_algorithm" not in rows[0]
+
+    class Failed:
+        sweep = schema.Sweep.from_dict({"seed": 1, "batch": 8, "warmup": 1, "reps": 1, "rows": rows})
+
+    t = tables.sweep_table(Failed)
+    assert t.rows[0][t.header.index("cuDNN FP32 algorithm")] == "-"
+    assert "cuDNN FP32 kernels not recorded: RuntimeError: CUPTI busy" in t.notes
+
+    class Old:
+        sweep = schema.Sweep.from_dict({"seed": 1, "batch": 8, "warmup": 1, "reps": 1,
+                                        "rows": sweep.rows_of(dict(layer, cudnn={"conv_ms": {"median": 1.6}}), {})})
+
+    assert "cuDNN FP32 algorithm" not in tables.sweep_table(Old).header
+
+
 def test_goals_missed_and_unmeasured():
     rows = [{"shape": "s00", "C": 1, "H": 12, "W": 12, "M": 4, "K": 3, "tanh_pool": False, "x_cudnn_fp32": 0.5},
             {"shape": "s00", "C": 1, "H": 12, "W": 12, "M": 4, "K": 3, "tanh_pool": True, "x_cudnn_fp32": 8.0},
@@ -149,3 +202,7 @@ def test_sweep_on_the_gpu_small(tmp_path, monkeypatch):
             assert row.cudnn_fp32_ms > 0 and row.cudnn_tf32_ms > 0 and row.cudnn_fp16_ms > 0 and row.x_cudnn_fp32 > 0
             assert row.x_cudnn_reduced_mode in ("tf32", "fp16")
             assert row.x_cudnn_tf32 == pytest.approx(min(row.cudnn_tf32_ms, row.cudnn_fp16_ms) / row.best.ms)
+            # the kernels cuDNN FP32's conv launched, recorded by the profiler, and their family
+            assert row.cudnn_fp32_kernels_error is None and row.cudnn_fp32_kernels, row
+            assert row.cudnn_fp32_algorithm == sweep.cudnn_algorithm(row.cudnn_fp32_kernels)
+            assert row.cudnn_fp32_algorithm in [family for family, _ in sweep.ALGORITHMS] + ["other"]

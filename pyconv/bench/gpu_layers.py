@@ -95,6 +95,22 @@ def cudnn_layer(torch, site: dict, rng: np.random.Generator, warmup: int, reps: 
     return out
 
 
+def cudnn_kernels(torch, op) -> list[str]:
+    """The CUDA kernels one call of `op` launches, in order, each name once (cuDNN's algorithm shows in them:
+    fft2d_*, winograd, implicit-GEMM fprop, ...): the profiler's CUDA activity (Kineto, over CUPTI) around that one
+    call; copies and memsets left out."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        op()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA
+             and not e.name.startswith(("Memcpy", "Memset"))]
+    return list(dict.fromkeys(names))
+
+
 def cudnn_jobs(torch, site: dict, rng: np.random.Generator, out: dict, prefix: str, mode: str = "fp32") -> list[Job]:
     """cuDNN's rows as NVBench jobs: torch launches its ops on NVBench's stream (torch.cuda.ExternalStream), so
     that cuDNN is measured exactly as the variants are. cudnn.benchmark's algorithm search runs (and is waited
@@ -355,14 +371,16 @@ def random_nonzero_device(torch, shape, seed: int, chunk_images: int = 512):
 
 
 def bench_gpu_layer_resident(g, site: dict, variants: list[Variant], rng: np.random.Generator, warmup: int,
-                             reps: int, torch, *, cudnn_reduced: bool | None = None) -> dict:
+                             reps: int, torch, *, cudnn_reduced: bool | None = None,
+                             cudnn_algorithm: bool = False) -> dict:
     """bench_gpu_layer for layers of gigabytes (the sweep): one x and k drawn on the device and shared by every
     variant and cuDNN, each variant launched on them in place (pyconv._gpu.launch_on_device), so nothing crosses
     the PCIe bus but the checked images. The check is the layer bench's: y poisoned with NaN, then the first and
     last verify.CHECK_IMAGES images against the reference (only those images are copied back). Timing: CUDA
     events, median of `reps` after `warmup`. Variants that read x from host memory are not run here. Returns the
     same JSON entry as bench_gpu_layer (without the roofline). cudnn_reduced: as bench_gpu_layer's (cuDNN FP16 runs
-    on a half copy of the same x and k)."""
+    on a half copy of the same x and k). cudnn_algorithm: also the kernels cuDNN FP32's conv launches, after it is
+    timed (layer["cudnn"]["kernels"]; cudnn_kernels), or why none were recorded (["kernels_error"])."""
     if cudnn_reduced is None:
         cudnn_reduced = any(v.reduced_precision for v in variants)
     B, C, H, W, M, K = _dims(site)
@@ -425,6 +443,12 @@ def bench_gpu_layer_resident(g, site: dict, variants: list[Variant], rng: np.ran
             layer[key] = cudnn_layer(torch, site, rng, warmup, reps, mode=CUDNN_MODES[key], inputs=(x, k))
         except RuntimeError as e:
             layer[key] = {"error": f"{type(e).__name__}: {e}"}
+        if key == "cudnn" and cudnn_algorithm and "error" not in layer[key]:
+            try:  # the algorithm cudnn.benchmark chose while it was timed (TF32 off, as timed)
+                with _cudnn_tf32(torch, False), torch.inference_mode():
+                    layer[key]["kernels"] = cudnn_kernels(torch, _cudnn_ops(torch, x, k)["conv_ms"])
+            except (RuntimeError, ImportError, AttributeError) as e:
+                layer[key]["kernels_error"] = f"{type(e).__name__}: {e}"
         torch.cuda.empty_cache()
     x = k = None
     torch.cuda.empty_cache()

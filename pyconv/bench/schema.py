@@ -11,7 +11,8 @@ The layout (every time in milliseconds unless the key says seconds):
   EndToEnd:    one model through the whole network: pyconv's final configuration (Measured), PyTorch's, the
                precision verdict (model_digest, reduced_precision_ok) and the multi-GPU scaling
   Sweep:       `invoke bench --sweep`: drawn layer shapes, one SweepRow per shape without and with tanh +
-               max-pool 2/2 (every variant's time or why none, the best, cuDNN FP32, TF32 and FP16, the ratios), and
+               max-pool 2/2 (every variant's time or why none, the best, cuDNN FP32, TF32 and FP16, the ratios, cuDNN
+               FP32's kernels and algorithm), and
                one SweepSummary per comparison (worst and geometric mean of cuDNN ms / our ms)"""
 
 from __future__ import annotations
@@ -389,6 +390,11 @@ class SweepRow(Record):
     x_cudnn_tf32: float | None = None
     x_cudnn_reduced_mode: str | None = None
     cudnn_error: str | None = None
+    # the kernels cuDNN FP32's conv launched and the algorithm family they show (pyconv.bench.sweep.cudnn_algorithm:
+    # "FFT", "Winograd", "direct", "implicit GEMM", "GEMM", "other"); files before they were recorded: None
+    cudnn_fp32_kernels: list[str] | None = None
+    cudnn_fp32_algorithm: str | None = None
+    cudnn_fp32_kernels_error: str | None = None  # why the profiler recorded none
 
 
 @dataclass(frozen=True)

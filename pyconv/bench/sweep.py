@@ -4,7 +4,9 @@ SHAPES shapes are drawn with a fixed seed (C in 1..32, M in 4..64, K in 3/5/7, H
 stride 1, H - K + 1 >= 2 so that max-pool 2/2 has a window). Each shape is measured once by the layer bench
 (pyconv.bench.gpu_layers.bench_gpu_layer, as a layer followed by tanh + max-pool 2/2, one x and k shared by every
 variant): every variant that takes it is checked against the reference, then timed; cuDNN is timed in float32
-with TF32 off, with TF32 on, and in FP16 (half tensors) in the same run. That gives each shape two rows:
+with TF32 off, with TF32 on, and in FP16 (half tensors) in the same run, and the kernels cuDNN FP32's conv launched
+are recorded with the algorithm family they show (cudnn_algorithm: FFT, Winograd, implicit GEMM, ...). That gives
+each shape two rows:
 - conv alone: the plain variants' launches against conv2d;
 - conv + tanh + max-pool 2/2: a fusing variant's launch, or a plain variant followed by the shared tanh and
   pooling kernels, against conv2d + tanh + max_pool2d.
@@ -59,6 +61,22 @@ def sites(shapes, batch: int) -> list[dict]:
              "tanh_pool_follows": True} for i, (c, h, w, m, k) in enumerate(shapes)]
 
 
+# cuDNN's algorithm from the names of the kernels its conv launched (pyconv.bench.gpu_layers.cudnn_kernels), the
+# first family that any name shows: an FFT or Winograd convolution does fewer multiplies than the direct one, so
+# its time is not bounded by the FP32 FMA rate (results/bench-nvidia-h200-2026-11-25-sweep-step29-group-loop.json:
+# cuDNN FP32 on s08 at 65.8 TFLOP/s counted as direct convolution, the FFMA probe's 65.0).
+ALGORITHMS = (("FFT", ("fft",)), ("Winograd", ("winograd",)), ("direct", ("direct",)),
+              ("implicit GEMM", ("implicit", "fprop")), ("GEMM", ("gemm",)))
+
+
+def cudnn_algorithm(kernels: list[str] | None) -> str | None:
+    """The algorithm family the kernel names show (ALGORITHMS), "other" for names none matches, None for none."""
+    if not kernels:
+        return None
+    names = " ".join(kernels).lower()
+    return next((family for family, marks in ALGORITHMS if any(m in names for m in marks)), "other")
+
+
 def _median(stats: dict | None) -> float | None:
     return stats.get("median") if isinstance(stats, dict) else None
 
@@ -103,6 +121,12 @@ def rows_of(layer: dict, precisions: dict[str, str]) -> list[dict]:
                "cudnn_fp32_ms": _median(layer.get("cudnn", {}).get(key)),
                "cudnn_tf32_ms": _median(layer.get("cudnn_tf32", {}).get(key)),
                "cudnn_fp16_ms": _median(layer.get("cudnn_fp16", {}).get(key))}
+        kernels = layer.get("cudnn", {}).get("kernels")
+        if kernels is not None:
+            row["cudnn_fp32_kernels"] = kernels
+            row["cudnn_fp32_algorithm"] = cudnn_algorithm(kernels)
+        if layer.get("cudnn", {}).get("kernels_error"):
+            row["cudnn_fp32_kernels_error"] = layer["cudnn"]["kernels_error"]
         errors = [layer[c]["error"] for c in gpu_layers.CUDNN_MODES if layer.get(c, {}).get("error")]
         if errors:
             row["cudnn_error"] = "; ".join(dict.fromkeys(errors))
@@ -152,7 +176,7 @@ def run_sweep(g, chosen: list[Variant], roof: dict | None, batch: int, warmup: i
              f"at batch {batch} ({elapsed:.0f} s{eta})")
         if torch is not None and hasattr(g, "launch_on_device"):  # inputs drawn and kept on the device
             layer = gpu_layers.bench_gpu_layer_resident(g, site, chosen, rng, warmup, reps, torch,
-                                                        cudnn_reduced=True)
+                                                        cudnn_reduced=True, cudnn_algorithm=True)
         else:
             layer = gpu_layers.bench_gpu_layer(g, site, chosen, roof, rng, warmup, reps, torch, shared_inputs=True,
                                                cudnn_reduced=True)

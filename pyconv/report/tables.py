@@ -396,9 +396,12 @@ def sweep_table(result: BenchResult) -> Table:
     fp16 = any(r.cudnn_fp16_ms is not None for r in sw.rows)
     reduced = (["best (reduced precision allowed)", "ms", "cuDNN TF32 ms", "cuDNN FP16 ms", "x cuDNN reduced"] if fp16
                else ["best (TF32 allowed)", "ms", "cuDNN TF32 ms", "x TF32"])
+    # files from before cuDNN FP32's kernels were recorded have no algorithm column
+    algo = any(r.cudnn_fp32_kernels is not None or r.cudnn_fp32_kernels_error for r in sw.rows)
     t = Table(f"Sweep: {len({r.shape for r in sw.rows})} drawn layer shapes, batch {sw.batch} (seed {sw.seed}), "
               "without and with tanh + max-pool 2/2",
-              ["shape", "+tanh+pool", "best float32", "ms", "cuDNN FP32 ms", "x FP32", *reduced, "failed / error"])
+              ["shape", "+tanh+pool", "best float32", "ms", "cuDNN FP32 ms", *(["cuDNN FP32 algorithm"] if algo else []),
+               "x FP32", *reduced, "failed / error"])
     for r in sw.rows:
         bad = [v.variant for v in r.variants if v.failed or v.error]
         cells = [r.best.variant if r.best else "none passed", num(r.best and r.best.ms), num(r.cudnn_tf32_ms)]
@@ -408,9 +411,15 @@ def sweep_table(result: BenchResult) -> Table:
             cells.append(num(r.x_cudnn_tf32, 2))
         t.rows.append([f"{r.shape} C={r.C} {r.H}x{r.W} M={r.M} K={r.K}", "yes" if r.tanh_pool else "no",
                        r.best_fp32.variant if r.best_fp32 else "none passed", num(r.best_fp32 and r.best_fp32.ms),
-                       num(r.cudnn_fp32_ms), num(r.x_cudnn_fp32, 2), *cells, ", ".join(bad) or "-"])
+                       num(r.cudnn_fp32_ms), *([r.cudnn_fp32_algorithm or "-"] if algo else []),
+                       num(r.x_cudnn_fp32, 2), *cells, ", ".join(bad) or "-"])
     t.notes += [sw.cudnn_source, f"warm-up {sw.warmup}, median of {sw.reps}; every variant's time (or why none) "
                 "is in the JSON's sweep rows" + (f"; {sw.seconds:g} s in all" if sw.seconds is not None else "")]
+    if algo:
+        t.notes.append("cuDNN FP32 algorithm: the family the names of the kernels its conv launched show (the JSON "
+                       "keeps the names); FFT and Winograd do fewer multiplies than a direct convolution")
+        t.notes += [f"cuDNN FP32 kernels not recorded: {e}"
+                    for e in dict.fromkeys(r.cudnn_fp32_kernels_error for r in sw.rows if r.cudnn_fp32_kernels_error)]
     t.notes += [f"cuDNN: {e}" for e in dict.fromkeys(r.cudnn_error for r in sw.rows if r.cudnn_error)]
     return t
 

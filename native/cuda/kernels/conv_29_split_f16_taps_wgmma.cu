@@ -17,8 +17,8 @@
 //   28 computed W.lo X.lo). The block's one or two warpgroups share one tile and its slab.
 // - Warp-specialised: the warpgroups that multiply only wait for a slab, queue the tile's wgmmas, wait for them,
 //   and write hi + 2^-11 lo (one float per pair and column) to a staging area in shared memory. A producer
-//   warpgroup copies the slabs (double-buffered) and adds each output's K staged columns. Named barriers pass the
-//   buffers between them (slab full / empty, staging area full / empty).
+//   warpgroup copies the slabs (double-buffered where two fit, else one buffer) and adds each output's K staged
+//   columns. Named barriers pass the buffers between them (slab full / empty, staging area full / empty).
 // - At most 128 pairs a launch (two warpgroups of 128 accumulators per thread beside the producers: 168 registers a
 //   thread): a layer with more runs its filters in groups (plan picks the grouping), each group's wgmmas, staging
 //   and stores over the tile's slab in turn, a launch holding the weights of as many groups as shared memory
@@ -96,16 +96,18 @@ struct Params {
   int slab_rows;        // TILE + (K - 1) * W
   int band_bytes;       // one band of a slab: slab_rows rows of 4 ch bytes (hi, lo), rounded up to 1024
   int slab_bytes;       // one slab buffer: bands * band_bytes
+  int nbuf;             // slab buffers: 2 (the next tile's slab lands while this one is multiplied), or 1 where two
+                        // do not fit beside the weights and the staging area
   int w_bytes;          // a group's weights: K * bands * warpgroups * 2 (hi, lo) tiles of 64 rows of 2 ch bytes
   int stage_bytes;      // R rows of STAGE_STRIDE floats
   long long pixels;     // this launch's images' pixels: images * H * W
   long long tiles;      // this launch's tiles
 };
 
-// Shared memory: the weights of gl_max groups, two slab buffers and the staging area, from a 1024-byte aligned
+// Shared memory: the weights of gl_max groups, nbuf slab buffers and the staging area, from a 1024-byte aligned
 // base (the swizzle's origin).
 size_t smem_bytes(const Params& p) {
-  return 1024 + size_t(p.gl_max) * size_t(p.w_bytes) + 2 * size_t(p.slab_bytes) + size_t(p.stage_bytes);
+  return 1024 + size_t(p.gl_max) * size_t(p.w_bytes) + size_t(p.nbuf) * size_t(p.slab_bytes) + size_t(p.stage_bytes);
 }
 
 // k[m][c][kh][kw] -> w[kh][band][warpgroup][hi, lo][64 rows: pairs r = f K + kw][ch halves], zero past C and R,
@@ -145,7 +147,7 @@ __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
   extern __shared__ float4 smem4[];
   const uint32_t base = igemm::smem_u32(smem4), w_s = (base + 1023u) & ~1023u;
   const uint32_t slab0 = w_s + uint32_t(p.gl_max * p.w_bytes);
-  float* stage = reinterpret_cast<float*>(reinterpret_cast<char*>(smem4) + (slab0 - base) + 2 * p.slab_bytes);
+  float* stage = reinterpret_cast<float*>(reinterpret_cast<char*>(smem4) + (slab0 - base) + p.nbuf * p.slab_bytes);
   const int tid = threadIdx.x, HW = p.H * p.W;
   const long long t0 = blockIdx.x, t_step = gridDim.x;
 
@@ -206,26 +208,29 @@ __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
       load_slab(t0, 0);
       announce(0);
     }
-    if (t0 + t_step < p.tiles) {
+    if (p.nbuf == 2 && t0 + t_step < p.tiles) {
       load_slab(t0 + t_step, 1);
       announce(1);
     }
     for (long long i = 0, t = t0; t < p.tiles; ++i, t += t_step) {
-      const int buf = int(i & 1);
-      const bool refill = t + 2 * t_step < p.tiles;
+      const int buf = p.nbuf == 2 ? int(i & 1) : 0;
+      const bool refill = t + p.nbuf * t_step < p.tiles;
       for (int g = 0; g < p.gl; ++g) {
-        // Before the last group's store: tile t + 2 into tile t's buffer, landing while t is stored. The consumers
-        // free the buffer after the last group's wgmmas, and stage a group only once the one before is stored, so
-        // waiting for it before an earlier group's store would wait forever.
+        // Before the last group's store: tile t + nbuf into tile t's buffer, landing while t is stored. The
+        // consumers free the buffer after the last group's wgmmas, and stage a group only once the one before is
+        // stored, so waiting for it before an earlier group's store would wait forever.
         if (refill && g + 1 == p.gl) {
           bar_sync(kEmpty0 + buf, THREADS);
-          load_slab(t + 2 * t_step, buf);
+          load_slab(t + p.nbuf * t_step, buf);
+          // One buffer: the consumers wait for this slab before anything else, so it is announced as soon as it
+          // lands, and the last group's store below overlaps their wgmmas on it.
+          if (p.nbuf == 1) announce(buf);
         }
         bar_sync(kStageFull, THREADS);
         store(t, g);
         if (g + 1 < p.gl || t + t_step < p.tiles) bar_arrive(kStageEmpty, THREADS);
       }
-      if (refill) announce(buf);
+      if (refill && p.nbuf == 2) announce(buf);
     }
   } else {
     // Consumers: warpgroup g holds pairs 64 g .. 64 g + 63; this thread rows 16 warp + g8 and + 8 of them, columns
@@ -235,7 +240,7 @@ __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
     float hi[TILE / 2], lo[TILE / 2];  // W.hi X.hi; W.lo X.hi + W.hi X.lo
     const uint32_t w_tile = uint32_t(64 * rb), row_step = uint32_t(p.W * ra);
     for (long long i = 0, t = t0; t < p.tiles; ++i, t += t_step) {
-      const int buf = int(i & 1);
+      const int buf = p.nbuf == 2 ? int(i & 1) : 0;
       bar_sync(kFull0 + buf, THREADS);  // tile t's slab is in
       wgmma::fence();
       const uint64_t x_t = wgmma::desc(slab0 + uint32_t(buf * p.slab_bytes), ra);
@@ -264,7 +269,7 @@ __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
         wgmma::commit();
         wgmma::wait<0>();
         // its slab buffer may be refilled after the last group
-        if (g + 1 == p.gl && t + 2 * t_step < p.tiles) bar_arrive(kEmpty0 + buf, THREADS);
+        if (g + 1 == p.gl && t + p.nbuf * t_step < p.tiles) bar_arrive(kEmpty0 + buf, THREADS);
         if (i > 0 || g > 0) bar_sync(kStageEmpty, THREADS);  // the producers have stored the last group
         // hi + 2^-11 lo, one float per pair and column.
 #pragma unroll
@@ -332,14 +337,17 @@ std::string plan(const ConvShape& s, Params& p) {
   const int64_t wgs = std::max<int64_t>(1, (R + 63) / 64), rows = TILE + (s.K - 1) * s.W, bands = Cp / ch;
   const int64_t band_bytes = (rows * 4 * ch + 1023) / 1024 * 1024, slab = bands * band_bytes;
   const int64_t wts = s.K * bands * wgs * 2 * 64 * 2 * ch, stage = R * STAGE_STRIDE * 4;
-  const int64_t smem = 1024 + wts + 2 * slab + stage;
+  // Two slab buffers where they fit beside one group's weights and the staging area, else one (wide images with
+  // K = 7: s07, C=29 87x87 M=5, and s35, C=24 46x46 M=64, were refused with two).
+  const int64_t nbuf = 1024 + wts + 2 * slab + stage <= int64_t(kSmemLimit) ? 2 : 1;
   // As many groups' weights as fit beside the slabs and the staging area run in one launch, each group over the
   // slab in turn: the slab copied once for them (s08, three groups: 2.30 ms in one launch, 3.16 in three; the
   // header).
-  const int64_t gl_max = std::max<int64_t>(1, std::min(G, (int64_t(kSmemLimit) - 1024 - 2 * slab - stage) / wts));
-  if (smem > int64_t(kSmemLimit))
-    return std::string(kName) + ": weights (" + std::to_string(wts / 1024) + " KB), two slabs of " +
-           std::to_string(rows) + " rows (" + std::to_string(slab / 1024) + " KB each) and " + std::to_string(R) +
+  const int64_t gl_max =
+      std::max<int64_t>(1, std::min(G, (int64_t(kSmemLimit) - 1024 - nbuf * slab - stage) / wts));
+  if (1024 + wts + slab + stage > int64_t(kSmemLimit))
+    return std::string(kName) + ": weights (" + std::to_string(wts / 1024) + " KB), a slab of " +
+           std::to_string(rows) + " rows (" + std::to_string(slab / 1024) + " KB) and " + std::to_string(R) +
            " staged rows (" + std::to_string(stage / 1024) + " KB) exceed " + std::to_string(kSmemLimit / 1024) +
            " KB of shared memory";
   p.H = int(s.H); p.W = int(s.W); p.Cp = int(Cp);
@@ -356,6 +364,7 @@ std::string plan(const ConvShape& s, Params& p) {
   p.slab_rows = int(rows);
   p.band_bytes = int(band_bytes);
   p.slab_bytes = int(slab);
+  p.nbuf = int(nbuf);
   p.w_bytes = int(wts);
   p.stage_bytes = int(stage);
   p.pixels = p.tiles = 0;
