@@ -400,8 +400,8 @@ def sweep_table(result: BenchResult) -> Table:
     algo = any(r.cudnn_fp32_kernels is not None or r.cudnn_fp32_kernels_error for r in sw.rows)
     t = Table(f"Sweep: {len({r.shape for r in sw.rows})} drawn layer shapes, batch {sw.batch} (seed {sw.seed}), "
               "without and with tanh + max-pool 2/2",
-              ["shape", "+tanh+pool", "best float32", "ms", "cuDNN FP32 ms", *(["cuDNN FP32 algorithm"] if algo else []),
-               "x FP32", *reduced, "failed / error"])
+              ["shape", "+tanh+pool", "best float32", "ms", "cuDNN FP32 ms",
+               *(["cuDNN FP32 algorithm"] if algo else []), "x FP32", *reduced, "failed / error"])
     for r in sw.rows:
         bad = [v.variant for v in r.variants if v.failed or v.error]
         cells = [r.best.variant if r.best else "none passed", num(r.best and r.best.ms), num(r.cudnn_tf32_ms)]
