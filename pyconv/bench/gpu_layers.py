@@ -15,6 +15,7 @@ once (median of `reps` after `warmup`)."""
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import numpy as np
 
@@ -103,9 +104,12 @@ def cudnn_kernels(torch, op) -> list[str]:
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        op()
-        torch.cuda.synchronize()
+    with warnings.catch_warnings():
+        # newer torch warns that a profiling cycle keeps only its own events: this one cycle is all it needs
+        warnings.filterwarnings("ignore", message=".*Profiler clears events", category=UserWarning)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            op()
+            torch.cuda.synchronize()
     names = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA
              and not e.name.startswith(("Memcpy", "Memset"))]
     return list(dict.fromkeys(names))
