@@ -53,6 +53,19 @@
 //   loop.json): the best on 51 rows, the geometric mean 2.19x; s08 2.30 (step 21 1.99; 1.64: still behind, 0.83x),
 //   s02 2.21 (1.15x, was 1.06x), s27 (M=56 K=3) 5.88 (step 20 7.73; 10.4), s28 (M=57 K=5) 32.9 (step 27 48.6;
 //   89.0), s25 (M=51 K=3) 24.8 (step 26 37.5; 60.0).
+// One slab buffer where two do not fit beside the weights and the staging area (results/bench-nvidia-h200-2026-11-28-
+// sweep-step29-one-slab.json, `invoke bench --sweep`, H200, batch 10000; ms; the best other float32 variant; cuDNN
+// FP32): s07 (C=29 87x87 M=5 K=7, refused before) 21.5 (step 26 52.8; 87.7: 4.07x, was 1.41x), s35 (C=24 46x46
+// M=64 K=7) 26.1 (step 26 26.8; 30.3: 1.16x, was 1.13x); the geometric mean over the 80 rows 2.27x (2.19).
+// Tried and dropped: few channels with F kernel rows folded into one row of F C channels (ceil(K / F) k16 steps
+// where K took; a probe on device buffers, H200, batch 10000, median of 5): s06 21.9 -> 19.0 ms, s11 23.2 -> 22.4,
+// but s05 17.3 -> 17.9, s39 3.30 -> 3.54, and nowhere faster than step 20 or 21 where they win (s11: step 20 9.1).
+// On few channels this step is not bound by the tensor work that removed. Nsight Compute on s08 (batch 2000): one
+// block of 8 warps per SM, issue slots 28% busy, no warp eligible in 72% of cycles, DRAM 10%: the warpgroups wait
+// on each other (a group's wgmmas, its staging, its store), not on memory. cuDNN FP32 runs s08 as an FFT
+// (fft2d_r2c_32x32, a complex GEMM, fft2d_c2r_32x32: 0.42 ms at batch 2000 under the profiler's locked clocks,
+// against this step's 0.54 plus 0.05 for the planes), as it does on 12 of the 40 sweep shapes, 8 of the 10 where
+// the ladder is below 1.5x (the sweep's cuDNN FP32 algorithm column).
 #include <cuda_runtime.h>
 
 #include <algorithm>
