@@ -148,6 +148,8 @@ def test_cudnn_kernels_reach_the_row_the_json_and_the_table():
         sweep = schema.Sweep.from_dict({"seed": 1, "batch": 8, "warmup": 1, "reps": 1, "rows": rows})
 
     t = tables.sweep_table(Result)
+    summary = tables.sweep_summary_table(Result)  # no float32 times here: no per-algorithm line
+    assert not [r for r in summary.rows if "where cuDNN ran" in r[0]]
     col = t.header.index("cuDNN FP32 algorithm")
     assert t.header[col - 1] == "cuDNN FP32 ms" and [r[col] for r in t.rows] == ["FFT", "FFT"]
     assert any("fewer multiplies" in n for n in t.notes)
@@ -167,6 +169,27 @@ def test_cudnn_kernels_reach_the_row_the_json_and_the_table():
                                         "rows": sweep.rows_of(dict(layer, cudnn={"conv_ms": {"median": 1.6}}), {})})
 
     assert "cuDNN FP32 algorithm" not in tables.sweep_table(Old).header
+
+
+def test_the_summary_splits_the_float32_comparison_by_cudnns_algorithm():
+    def row(shape, pooled, x, algorithm):
+        return {"shape": shape, "B": 8, "C": 3, "H": 20, "W": 20, "M": 4, "K": 5, "tanh_pool": pooled,
+                "x_cudnn_fp32": x, "cudnn_fp32_algorithm": algorithm}
+
+    rows = [row("s00", False, 0.5, "FFT"), row("s00", True, 2.0, "FFT"), row("s01", False, 3.0, "implicit GEMM"),
+            row("s01", True, 1.2, "implicit GEMM"), row("s02", False, 4.0, None)]
+
+    class Result:
+        sweep = schema.Sweep.from_dict({"seed": 1, "batch": 8, "warmup": 1, "reps": 1, "rows": rows,
+                                        "summary": sweep.summarise(rows)})
+
+    lines = {r[0]: r[1:] for r in tables.sweep_summary_table(Result).rows}
+    assert lines["best float32 variant x cuDNN FP32"][:2] == ["5", "0.50"]  # every row, as before
+    assert lines["best float32 variant x cuDNN FP32 where cuDNN ran FFT"] == [
+        "2", "0.50", "s00 C=3 20x20 M=4 K=5", "1.0"]
+    assert lines["best float32 variant x cuDNN FP32 where cuDNN ran implicit GEMM"] == [
+        "2", "1.2", "s01 C=3 20x20 M=4 K=5 + tanh + pool", "1.9"]  # sqrt(1.2 x 3)
+    assert len(lines) == 4  # the row without an algorithm is in no family
 
 
 def test_goals_missed_and_unmeasured():

@@ -8,6 +8,7 @@ through its typed records (pyconv.bench.schema)."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -430,6 +431,18 @@ def sweep_summary_table(result: BenchResult) -> Table:
     for s in result.sweep.summary:
         t.rows.append([s.title, str(s.rows) + (f" ({s.missing} without both times)" if s.missing else ""),
                        num(s.worst, 2), s.worst_row or "-", num(s.geomean, 2)])
+    # The float32 comparison again per algorithm cuDNN FP32 ran (files that recorded it): where the ladder stands
+    # against an FFT, which does fewer multiplies, and against a GEMM, which does the same.
+    families: dict[str, list] = {}
+    for r in result.sweep.rows:
+        if r.cudnn_fp32_algorithm and r.x_cudnn_fp32:
+            families.setdefault(r.cudnn_fp32_algorithm, []).append(r)
+    for family, rows in sorted(families.items()):
+        w = min(rows, key=lambda r: r.x_cudnn_fp32)
+        geomean = math.exp(sum(math.log(r.x_cudnn_fp32) for r in rows) / len(rows))
+        t.rows.append([f"best float32 variant x cuDNN FP32 where cuDNN ran {family}", str(len(rows)),
+                       num(w.x_cudnn_fp32, 2), f"{w.shape} C={w.C} {w.H}x{w.W} M={w.M} K={w.K}"
+                       + (" + tanh + pool" if w.tanh_pool else ""), num(geomean, 2)])
     return t
 
 
