@@ -121,12 +121,12 @@ def rows_of(layer: dict, precisions: dict[str, str]) -> list[dict]:
                "cudnn_fp32_ms": _median(layer.get("cudnn", {}).get(key)),
                "cudnn_tf32_ms": _median(layer.get("cudnn_tf32", {}).get(key)),
                "cudnn_fp16_ms": _median(layer.get("cudnn_fp16", {}).get(key))}
-        kernels = layer.get("cudnn", {}).get("kernels")
-        if kernels is not None:
-            row["cudnn_fp32_kernels"] = kernels
-            row["cudnn_fp32_algorithm"] = cudnn_algorithm(kernels)
-        if layer.get("cudnn", {}).get("kernels_error"):
-            row["cudnn_fp32_kernels_error"] = layer["cudnn"]["kernels_error"]
+        fp32 = layer.get("cudnn", {})
+        if fp32.get("kernels") is not None:
+            row["cudnn_fp32_kernels"] = fp32["kernels"]
+            row["cudnn_fp32_algorithm"] = cudnn_algorithm(fp32["kernels"])
+        if fp32.get("kernels_error"):
+            row["cudnn_fp32_kernels_error"] = fp32["kernels_error"]
         errors = [layer[c]["error"] for c in gpu_layers.CUDNN_MODES if layer.get(c, {}).get("error")]
         if errors:
             row["cudnn_error"] = "; ".join(dict.fromkeys(errors))

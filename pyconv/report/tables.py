@@ -391,6 +391,10 @@ def multi_gpu_table(result: BenchResult) -> Table:
     return t
 
 
+def _sweep_shape(r) -> str:
+    return f"{r.shape} C={r.C} {r.H}x{r.W} M={r.M} K={r.K}"
+
+
 def sweep_table(result: BenchResult) -> Table:
     sw = result.sweep
     # files from before cuDNN FP16 was measured compare the best of all with cuDNN TF32 only, and read as they did
@@ -410,7 +414,7 @@ def sweep_table(result: BenchResult) -> Table:
             cells += [num(r.cudnn_fp16_ms), _against(num(r.x_cudnn_tf32, 2), r.x_cudnn_reduced_mode)]
         else:
             cells.append(num(r.x_cudnn_tf32, 2))
-        t.rows.append([f"{r.shape} C={r.C} {r.H}x{r.W} M={r.M} K={r.K}", "yes" if r.tanh_pool else "no",
+        t.rows.append([_sweep_shape(r), "yes" if r.tanh_pool else "no",
                        r.best_fp32.variant if r.best_fp32 else "none passed", num(r.best_fp32 and r.best_fp32.ms),
                        num(r.cudnn_fp32_ms), *([r.cudnn_fp32_algorithm or "-"] if algo else []),
                        num(r.x_cudnn_fp32, 2), *cells, ", ".join(bad) or "-"])
@@ -441,8 +445,8 @@ def sweep_summary_table(result: BenchResult) -> Table:
         w = min(rows, key=lambda r: r.x_cudnn_fp32)
         geomean = math.exp(sum(math.log(r.x_cudnn_fp32) for r in rows) / len(rows))
         t.rows.append([f"best float32 variant x cuDNN FP32 where cuDNN ran {family}", str(len(rows)),
-                       num(w.x_cudnn_fp32, 2), f"{w.shape} C={w.C} {w.H}x{w.W} M={w.M} K={w.K}"
-                       + (" + tanh + pool" if w.tanh_pool else ""), num(geomean, 2)])
+                       num(w.x_cudnn_fp32, 2), _sweep_shape(w) + (" + tanh + pool" if w.tanh_pool else ""),
+                       num(geomean, 2)])
     return t
 
 
