@@ -4,7 +4,8 @@ than 128 in filter groups over the same slab (the last group with fewer filters,
 many groups as shared memory holds the weights of,
 K = 1 (nothing to add up) to 7, tiles of 128 - (K - 1) stored positions that start at each image's first row or
 run on across images, the epilogue adding K staged columns, rows of one output pixel (Wo = 1), channel counts that
-pad to 16 or to several bands of 32, persistent blocks over many tiles, and a batch cut into chunks of planes. The
+pad to 16 or to several bands of 32, persistent blocks over many tiles (each slab buffer's mbarrier through many
+phases), and a batch cut into chunks of planes. The
 FP16-range contract: an input beyond 65504 reaches its outputs as inf or NaN, never as a wrong finite number."""
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ SHAPES = [
     (2, 29, 87, 87, 5, 7),     # s07: 650 slab rows of 128 bytes
     (3, 24, 46, 46, 64, 7),    # s35: 4 groups of 16 filters, one launch each
     (40, 26, 70, 70, 9, 7),    # 1 slab, 2 warpgroups, 1440 tiles over the blocks
+    # each slab buffer's mbarrier through many phases (a block's tiles over two buffers), groups between its uses
+    (300, 26, 32, 32, 8, 3),   # the sweep's s16 at batch 300: 2100 tiles
+    (37, 11, 31, 31, 27, 5),   # s08 at batch 37: 3 groups of 9 filters over 259 tiles
+    (40, 26, 40, 40, 9, 7),    # 368 slab rows of 128 bytes: 480 tiles
 ]
 
 

@@ -67,6 +67,7 @@
 #include "cuda/kernels/fast_div.cuh"
 #include "cuda/kernels/first_layer.cuh"
 #include "cuda/runtime/cuda_check.cuh"
+#include "cuda/runtime/mbarrier.cuh"
 #include "cuda/runtime/registry.cuh"
 
 namespace pyconv {
@@ -99,31 +100,7 @@ struct Params {
   FastDiv per_img, tiles, tw;  // by groups * TH * TW, TH * TW, TW
 };
 
-// --- mbarrier and cp.async (PTX; sm_80+, try_wait on sm_90) ---------------------------------------------------
-__device__ __forceinline__ unsigned smem_addr(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {  // release: this thread's earlier accesses first
-  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(smem_addr(bar)) : "memory");
-}
-// Arrives when all of this thread's earlier cp.async copies have landed; counts against the init count.
-__device__ __forceinline__ void mbar_arrive_on_copies(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {  // acquire
-  const unsigned a = smem_addr(bar);
-  unsigned done = 0;
-  do {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(a), "r"(parity) : "memory");
-#else
-    asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(a), "r"(parity) : "memory");
-#endif
-  } while (!done);
-}
+// --- cp.async (PTX; sm_80+); the mbarriers are cuda/runtime/mbarrier.cuh's ----------------------------------
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
 }

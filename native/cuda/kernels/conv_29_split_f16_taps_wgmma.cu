@@ -73,11 +73,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "cuda/kernels/fast_div.cuh"
 #include "cuda/kernels/igemm_tiles.cuh"
 #include "cuda/kernels/split_planes.cuh"
 #include "cuda/kernels/wgmma_slab.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
+#include "cuda/runtime/mbarrier.cuh"
 #include "cuda/runtime/mma_f16.cuh"
 #include "cuda/runtime/named_barrier.cuh"
 #include "cuda/runtime/persistent.cuh"
@@ -94,6 +96,8 @@ constexpr int MAX_WG = 2;        // 128 accumulators per thread: at most 168 reg
 constexpr int PRODUCERS = 128;   // a warpgroup that copies the slabs and stores the outputs
 constexpr int STAGE_STRIDE = TILE + 8;  // floats per staged row: float2 writes of 8 rows fall in distinct banks
 constexpr size_t kSmemLimit = 227 * 1024;
+constexpr size_t kMbarBytes = 64;  // an mbarrier per slab buffer, after the staging area
+constexpr int64_t kFixedBytes = 1024 + kMbarBytes;  // the swizzle's alignment and the mbarriers
 
 struct Params {
   int H, W, Cp, Ho, Wo, P;
@@ -113,14 +117,16 @@ struct Params {
                         // do not fit beside the weights and the staging area
   int w_bytes;          // a group's weights: K * bands * warpgroups * 2 (hi, lo) tiles of 64 rows of 2 ch bytes
   int stage_bytes;      // R rows of STAGE_STRIDE floats
-  long long pixels;     // this launch's images' pixels: images * H * W
+  long long pixels;     // this launch's images' pixels: images * H * W (below 2^31: a chunk of planes)
   long long tiles;      // this launch's tiles
+  FastDiv by_w, by_hw, by_tiles;  // W, H * W, tiles_per_image
 };
 
 // Shared memory: the weights of gl_max groups, nbuf slab buffers and the staging area, from a 1024-byte aligned
 // base (the swizzle's origin).
 size_t smem_bytes(const Params& p) {
-  return 1024 + size_t(p.gl_max) * size_t(p.w_bytes) + size_t(p.nbuf) * size_t(p.slab_bytes) + size_t(p.stage_bytes);
+  return size_t(kFixedBytes) + size_t(p.gl_max) * size_t(p.w_bytes) + size_t(p.nbuf) * size_t(p.slab_bytes) +
+         size_t(p.stage_bytes);
 }
 
 // k[m][c][kh][kw] -> w[kh][band][warpgroup][hi, lo][64 rows: pairs r = f K + kw][ch halves], zero past C and R,
@@ -145,14 +151,17 @@ __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w
 }
 
 // Named barriers (named_barrier.cuh) between the warpgroups that multiply (consumers) and the warpgroup that copies
-// and stores (producers): slab buffer b full / empty, the staging area full / empty.
-enum Barrier { kFull0 = 1, kEmpty0 = 3, kStageFull = 5, kStageEmpty = 6 };
+// and stores (producers): slab buffer b empty, the staging area full / empty. A slab buffer is announced full by
+// its mbarrier (landed[b]), on which every producer thread's copies arrive as they land: the producers never wait
+// for their own copies.
+enum Barrier { kEmpty0 = 1, kStageFull = 3, kStageEmpty = 4 };
 
 template <int NWG, int K, int KS>
 __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
     conv29_kernel(const __half* __restrict__ xh, const __half* __restrict__ xl, const uint4* __restrict__ w,
                   float* __restrict__ y, const Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(TILE <= PRODUCERS, "a producer thread stores one position of a tile");
   constexpr int CONSUMERS = NWG * WG_THREADS, THREADS = CONSUMERS + PRODUCERS;
   constexpr int TOUT = TILE - (K - 1);  // outputs a tile stores
   constexpr int ch = 16 * KS;           // channels per band
@@ -161,8 +170,10 @@ __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
   const uint32_t base = igemm::smem_u32(smem4), w_s = (base + 1023u) & ~1023u;
   const uint32_t slab0 = w_s + uint32_t(p.gl_max * p.w_bytes);
   float* stage = reinterpret_cast<float*>(reinterpret_cast<char*>(smem4) + (slab0 - base) + p.nbuf * p.slab_bytes);
+  uint64_t* landed = reinterpret_cast<uint64_t*>(stage + p.R * STAGE_STRIDE);
   const int tid = threadIdx.x, HW = p.H * p.W;
   const long long t0 = blockIdx.x, t_step = gridDim.x;
+  if (tid < p.nbuf) mbar_init(&landed[tid], PRODUCERS);
 
   for (int i = tid; i < p.gl * p.w_bytes / 16; i += THREADS) planes::cp_async16(w_s + 16 * i, w + i, true);
   cp_async_commit();
@@ -173,77 +184,74 @@ __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
   // The first pixel (of the launch's planes) of tile t.
   auto first = [&](long long tile) -> long long {
     if (!p.per_image) return tile * TOUT;
-    const long long b = tile / p.tiles_per_image;
-    return b * HW + (tile - b * p.tiles_per_image) * TOUT;
+    const uint32_t b = p.by_tiles.div(uint32_t(tile));
+    return (long long)b * HW + (uint32_t(tile) - b * p.tiles_per_image) * TOUT;
   };
 
   // The role, warp-uniform to the compiler (a lane's broadcast): wgmmas in code it sees as divergent are serialised.
   const int warp_id = __shfl_sync(0xffffffffu, tid / 32, 0);
   if (warp_id >= CONSUMERS / 32) {
     // Producers. Tile t's slab into buffer buf (wgmma_slab.cuh): row r of band b is pixel first(t) + r's channels
-    // b*ch .. b*ch + ch - 1, hi then lo, swizzled; rows past the launch's pixels are zero.
+    // b*ch .. b*ch + ch - 1, hi then lo, swizzled; rows past the launch's pixels are zero. The buffer's mbarrier
+    // completes its phase when every producer's copies have landed.
     const int pt = tid - CONSUMERS;
     auto load_slab = [&](long long tile, int buf) {
       slab::queue<PRODUCERS>(slab0 + uint32_t(buf * p.slab_bytes), xh, xl, first(tile), p.slab_rows, p.bands,
                              p.band_bytes, p.Cp, ch, p.pixels, pt);
-      cp_async_commit();
+      mbar_arrive_on_copies(&landed[buf]);
     };
-    // Queued copies landed and made visible to the wgmmas (async proxy), then buffer buf announced full.
-    auto announce = [&](int buf) {
-      cp_async_wait(1);
-      wgmma::fence_proxy_async();
-      bar_arrive(kFull0 + buf, THREADS);
+    // Where this thread's output of tile t goes (its position pt of the tile): its offset in y at the layer's
+    // first filter, or -1 where the position is no output (past the image or the launch, or in the flat grid's
+    // last K - 1 rows or columns). Once a tile for all its groups, and with multiply-high divisions: per group and
+    // with 64-bit divisions, it was half of what the producers did (the header).
+    auto out_offset = [&](long long tile) -> long long {
+      uint32_t b, j;
+      if (p.per_image) {
+        b = p.by_tiles.div(uint32_t(tile));
+        j = (uint32_t(tile) - b * p.tiles_per_image) * TOUT + pt;
+        if (j >= uint32_t(HW)) return -1;  // the next image's: its own tile stores it
+      } else {
+        const uint32_t pos = uint32_t(tile) * TOUT + pt;
+        if (pos >= p.pixels) return -1;
+        b = p.by_hw.div(pos);
+        j = pos - b * HW;
+      }
+      const uint32_t oh = p.by_w.div(j), ow = j - oh * p.W;
+      if (pt >= TOUT || oh >= uint32_t(p.Ho) || ow >= uint32_t(p.Wo)) return -1;
+      return (long long)b * p.Mtot * p.P + oh * p.Wo + ow;
     };
-    // Tile t's outputs of group g from the staging area: thread pt takes positions pt, pt + PRODUCERS, ... and
-    // every filter of the group, each output the sum of its K staged columns q .. q + K - 1 (consecutive threads,
-    // consecutive columns and outputs).
-    auto store = [&](long long tile, int g) {
-      const long long p0 = first(tile);
+    // Tile t's outputs of group g from the staging area: thread pt takes position pt and every filter of the
+    // group, each output the sum of its K staged columns pt .. pt + K - 1 (consecutive threads, consecutive columns
+    // and outputs).
+    auto store = [&](long long off, int g) {
+      if (off < 0) return;
       const int f0 = (p.g0 + g) * p.Mg, nf = min(p.Mg, p.Mtot - f0);
-      for (int q0 = pt; q0 < TOUT; q0 += PRODUCERS) {
-        const long long pos = p0 + q0;
-        if (pos >= p.pixels) break;
-        const long long b = pos / HW;
-        const int j = int(pos - b * HW), oh = j / p.W, ow = j - oh * p.W;
-        if (oh >= p.Ho || ow >= p.Wo) continue;
-        float* out = y + (b * p.Mtot + f0) * (long long)p.P + oh * p.Wo + ow;
-        const float* s = stage + q0;
+      float* out = y + off + (long long)f0 * p.P;
+      const float* s = stage + pt;
 #pragma unroll 4
-        for (int f = 0; f < nf; ++f, s += K * STAGE_STRIDE) {
-          float sum = s[0];
+      for (int f = 0; f < nf; ++f, s += K * STAGE_STRIDE) {
+        float sum = s[0];
 #pragma unroll
-          for (int kw = 1; kw < K; ++kw) sum += s[kw * STAGE_STRIDE + kw];
-          out[(long long)f * p.P] = sum;
-        }
+        for (int kw = 1; kw < K; ++kw) sum += s[kw * STAGE_STRIDE + kw];
+        out[(long long)f * p.P] = sum;
       }
     };
-    if (t0 < p.tiles) {
-      load_slab(t0, 0);
-      announce(0);
-    }
-    if (p.nbuf == 2 && t0 + t_step < p.tiles) {
-      load_slab(t0 + t_step, 1);
-      announce(1);
-    }
+    for (int b = 0; b < p.nbuf && t0 + b * t_step < p.tiles; ++b) load_slab(t0 + b * t_step, b);
     for (long long i = 0, t = t0; t < p.tiles; ++i, t += t_step) {
-      const int buf = p.nbuf == 2 ? int(i & 1) : 0;
-      const bool refill = t + p.nbuf * t_step < p.tiles;
+      const int buf = int(i) & (p.nbuf - 1);
+      const long long off = out_offset(t);
       for (int g = 0; g < p.gl; ++g) {
         // Before the last group's store: tile t + nbuf into tile t's buffer, landing while t is stored. The
         // consumers free the buffer after the last group's wgmmas, and stage a group only once the one before is
         // stored, so waiting for it before an earlier group's store would wait forever.
-        if (refill && g + 1 == p.gl) {
+        if (g + 1 == p.gl && t + p.nbuf * t_step < p.tiles) {
           bar_sync(kEmpty0 + buf, THREADS);
           load_slab(t + p.nbuf * t_step, buf);
-          // One buffer: the consumers wait for this slab before anything else, so it is announced as soon as it
-          // lands, and the last group's store below overlaps their wgmmas on it.
-          if (p.nbuf == 1) announce(buf);
         }
         bar_sync(kStageFull, THREADS);
-        store(t, g);
+        store(off, g);
         if (g + 1 < p.gl || t + t_step < p.tiles) bar_arrive(kStageEmpty, THREADS);
       }
-      if (refill && p.nbuf == 2) announce(buf);
     }
   } else {
     // Consumers: warpgroup g holds pairs 64 g .. 64 g + 63; this thread rows 16 warp + g8 and + 8 of them, columns
@@ -253,8 +261,10 @@ __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
     float hi[TILE / 2], lo[TILE / 2];  // W.hi X.hi; W.lo X.hi + W.hi X.lo
     const uint32_t w_tile = uint32_t(64 * rb), row_step = uint32_t(p.W * ra);
     for (long long i = 0, t = t0; t < p.tiles; ++i, t += t_step) {
-      const int buf = p.nbuf == 2 ? int(i & 1) : 0;
-      bar_sync(kFull0 + buf, THREADS);  // tile t's slab is in
+      const int buf = int(i) & (p.nbuf - 1);
+      // Tile t's slab is in (the buffer's use i / nbuf), and its copies made visible to the wgmmas (async proxy).
+      mbar_wait(&landed[buf], unsigned(i / p.nbuf) & 1u);
+      wgmma::fence_proxy_async();
       wgmma::fence();
       const uint64_t x_t = wgmma::desc(slab0 + uint32_t(buf * p.slab_bytes), ra);
       // The launch's groups in turn over the same slab: each group's rows, staged and stored before the next's.
@@ -350,15 +360,15 @@ std::string plan(const ConvShape& s, Params& p) {
   const int64_t wgs = std::max<int64_t>(1, (R + 63) / 64), rows = TILE + (s.K - 1) * s.W, bands = Cp / ch;
   const int64_t band_bytes = (rows * 4 * ch + 1023) / 1024 * 1024, slab = bands * band_bytes;
   const int64_t wts = s.K * bands * wgs * 2 * 64 * 2 * ch, stage = R * STAGE_STRIDE * 4;
+  const int64_t room = int64_t(kSmemLimit) - kFixedBytes - stage;  // for the weights and the slabs
   // Two slab buffers where they fit beside one group's weights and the staging area, else one (wide images with
   // K = 7: s07, C=29 87x87 M=5, and s35, C=24 46x46 M=64, were refused with two).
-  const int64_t nbuf = 1024 + wts + 2 * slab + stage <= int64_t(kSmemLimit) ? 2 : 1;
+  const int64_t nbuf = wts + 2 * slab <= room ? 2 : 1;
   // As many groups' weights as fit beside the slabs and the staging area run in one launch, each group over the
   // slab in turn: the slab copied once for them (s08, three groups: 2.30 ms in one launch, 3.16 in three; the
   // header).
-  const int64_t gl_max =
-      std::max<int64_t>(1, std::min(G, (int64_t(kSmemLimit) - 1024 - nbuf * slab - stage) / wts));
-  if (1024 + wts + slab + stage > int64_t(kSmemLimit))
+  const int64_t gl_max = std::max<int64_t>(1, std::min(G, (room - nbuf * slab) / wts));
+  if (wts + slab > room)
     return std::string(kName) + ": weights (" + std::to_string(wts / 1024) + " KB), a slab of " +
            std::to_string(rows) + " rows (" + std::to_string(slab / 1024) + " KB) and " + std::to_string(R) +
            " staged rows (" + std::to_string(stage / 1024) + " KB) exceed " + std::to_string(kSmemLimit / 1024) +
@@ -381,6 +391,9 @@ std::string plan(const ConvShape& s, Params& p) {
   p.w_bytes = int(wts);
   p.stage_bytes = int(stage);
   p.pixels = p.tiles = 0;
+  p.by_w = FastDiv(uint32_t(s.W));
+  p.by_hw = FastDiv(uint32_t(s.H * s.W));
+  p.by_tiles = FastDiv(uint32_t(p.tiles_per_image));
   return "";
 }
 
