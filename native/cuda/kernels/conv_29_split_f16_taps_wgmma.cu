@@ -66,20 +66,20 @@
 // (fft2d_r2c_32x32, a complex GEMM, fft2d_c2r_32x32: 0.42 ms at batch 2000 under the profiler's locked clocks,
 // against this step's 0.54 plus 0.05 for the planes), as it does on 12 of the 40 sweep shapes, 8 of the 10 where
 // the ladder is below 1.5x (the sweep's cuDNN FP32 algorithm column).
-// Who waited for whom on s08 (Nsight Compute's warp-state samples per instruction, batch 2000): the producers, half
-// of their samples on each group's output offsets (64-bit divisions by H W and W, per group); the consumers, a
-// quarter of theirs on the staging area, i.e. on those stores. Now the offsets are found once a tile with
-// multiply-high divisions, and each slab is announced by an mbarrier as its copies land instead of by the
-// producers after waiting for them: 537 -> 449 us; the consumers now wait for their own wgmmas, the producers for
-// the consumers. `invoke bench --sweep` (results/bench-nvidia-h200-2026-11-28-sweep-step29-producer.json, H200,
-// batch 10000; ms, before -> after; cuDNN FP32): the geometric mean over the 80 rows 2.27x -> 2.39x; s08 2.35 ->
-// 1.94 (1.66: 0.85x, still the worst row), s05 17.2 -> 13.8 (19.2; now the best float32 variant there), s14 9.15
-// -> 6.98, s27 5.78 -> 4.65, s33 6.24 -> 4.76; rows of two multiplying warpgroups 2-5% slower (s37 1.97 -> 2.03,
-// s26 6.32 -> 6.57). Apart (a probe on device buffers, batch 10000, median of 5): the mbarriers alone s14 9.47 ->
-// 8.95, s16 1.70 -> 1.60, s08 2.33 -> 2.29, but s37 2.02 -> 2.08. Tried and dropped: two single-warpgroup teams
-// taking alternate tiles where R <= 64, so that one team's wgmmas run while the other stages (the same probe):
-// before the offsets' fix s08 2.35 -> 2.36, and with one slab buffer a team 12-19% slower (s09 22.3 -> 26.2);
-// after it within 3% either way of one team (s08 1.97 against 2.00, s11 20.4 against 19.9).
+// Who waited for whom on s08 (Nsight Compute's warp-state samples per instruction, batch 2000): the producers, half of
+// their samples on each group's output offsets (64-bit divisions by H W and W, per group); the consumers, a quarter of
+// theirs on the staging area, i.e. on those stores. Now the offsets are found once a tile with multiply-high divisions,
+// and each slab is announced by an mbarrier as its copies land instead of by the producers after waiting for them:
+// 537 -> 449 us; the consumers now wait for their own wgmmas, the producers for the consumers. `invoke bench --sweep`
+// (results/bench-nvidia-h200-2026-11-28-sweep-step29-producer.json, H200, batch 10000; ms, before -> after; cuDNN
+// FP32): the geometric mean over the 80 rows 2.27x -> 2.39x; s08 2.35 -> 1.94 (1.66: 0.85x, still the worst row), s05
+// 17.2 -> 13.8 (19.2; now the best float32 variant there), s14 9.15 -> 6.98, s27 5.78 -> 4.65, s33 6.24 -> 4.76; five
+// rows of small images with 18-29 channels 2-5% slower (s37 1.97 -> 2.03, s26 6.32 -> 6.57, s21 2.02 -> 2.11). Apart (a
+// probe on device buffers, batch 10000, median of 5): the mbarriers alone s14 9.47 -> 8.95, s16 1.70 -> 1.60, s08
+// 2.33 -> 2.29, but s37 2.02 -> 2.08. Tried and dropped: two single-warpgroup teams taking alternate tiles where R <=
+// 64, so that one team's wgmmas run while the other stages (the same probe): before the offsets' fix s08 2.35 -> 2.36,
+// and with one slab buffer a team 12-19% slower (s09 22.3 -> 26.2); after it within 3% either way of one team (s08 1.97
+// against 2.00, s11 20.4 against 19.9).
 #include <cuda_runtime.h>
 
 #include <algorithm>
