@@ -18,7 +18,8 @@
 // - Warp-specialised: the warpgroups that multiply only wait for a slab, queue the tile's wgmmas, wait for them,
 //   and write hi + 2^-11 lo (one float per pair and column) to a staging area in shared memory. A producer
 //   warpgroup copies the slabs (double-buffered where two fit, else one buffer) and adds each output's K staged
-//   columns. Named barriers pass the buffers between them (slab full / empty, staging area full / empty).
+//   columns. A slab buffer's mbarrier announces it full as the producers' copies land; named barriers pass it back
+//   empty and the staging area full / empty.
 // - At most 128 pairs a launch (two warpgroups of 128 accumulators per thread beside the producers: 168 registers a
 //   thread): a layer with more runs its filters in groups (plan picks the grouping), each group's wgmmas, staging
 //   and stores over the tile's slab in turn, a launch holding the weights of as many groups as shared memory
