@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -140,9 +141,19 @@ def rows_of(layer: dict, precisions: dict[str, str]) -> list[dict]:
     return out
 
 
+def shape_label(shape: str, C: int, H: int, W: int, M: int, K: int, tanh_pool: bool = False) -> str:
+    """How a sweep row is named in the summary and the report: "s08 C=11 31x31 M=27 K=5 [+ tanh + pool]"."""
+    return f"{shape} C={C} {H}x{W} M={M} K={K}" + (" + tanh + pool" if tanh_pool else "")
+
+
 def row_label(row: dict) -> str:
-    return (f"{row['shape']} C={row['C']} {row['H']}x{row['W']} M={row['M']} K={row['K']}"
-            + (" + tanh + pool" if row["tanh_pool"] else ""))
+    return shape_label(row["shape"], row["C"], row["H"], row["W"], row["M"], row["K"], row["tanh_pool"])
+
+
+def worst_and_geomean(pairs: list[tuple[float, Any]]) -> tuple[float, Any, float]:
+    """Of (ratio, row) pairs (at least one): the worst ratio, its row, and the geometric mean of the ratios."""
+    worst, wrow = min(pairs, key=lambda p: p[0])
+    return worst, wrow, math.exp(sum(math.log(x) for x, _ in pairs) / len(pairs))
 
 
 def summarise(rows: list[dict]) -> list[dict]:
@@ -152,9 +163,8 @@ def summarise(rows: list[dict]) -> list[dict]:
         have = [(r[f"x_cudnn_{comp}"], r) for r in rows if r.get(f"x_cudnn_{comp}")]
         s = {"comparison": comp, "title": title, "rows": len(have), "missing": len(rows) - len(have)}
         if have:
-            worst, wrow = min(have, key=lambda p: p[0])
-            s.update(worst=worst, worst_row=row_label(wrow),
-                     geomean=math.exp(sum(math.log(x) for x, _ in have) / len(have)))
+            worst, wrow, geomean = worst_and_geomean(have)
+            s.update(worst=worst, worst_row=row_label(wrow), geomean=geomean)
         out.append(s)
     return out
 

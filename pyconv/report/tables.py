@@ -8,13 +8,13 @@ through its typed records (pyconv.bench.schema)."""
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..bench.schema import BenchResult, Check, CpuRow, LayerResult, Stats
 from ..bench.schema import load as load_result
+from ..bench.sweep import shape_label, worst_and_geomean
 from ..core import paths
 from ..core.errors import PyconvError
 from ..core.fileio import atomic_path, check_writable, write_text_atomic
@@ -391,10 +391,6 @@ def multi_gpu_table(result: BenchResult) -> Table:
     return t
 
 
-def _sweep_shape(r) -> str:
-    return f"{r.shape} C={r.C} {r.H}x{r.W} M={r.M} K={r.K}"
-
-
 def sweep_table(result: BenchResult) -> Table:
     sw = result.sweep
     # files from before cuDNN FP16 was measured compare the best of all with cuDNN TF32 only, and read as they did
@@ -414,7 +410,7 @@ def sweep_table(result: BenchResult) -> Table:
             cells += [num(r.cudnn_fp16_ms), _against(num(r.x_cudnn_tf32, 2), r.x_cudnn_reduced_mode)]
         else:
             cells.append(num(r.x_cudnn_tf32, 2))
-        t.rows.append([_sweep_shape(r), "yes" if r.tanh_pool else "no",
+        t.rows.append([shape_label(r.shape, r.C, r.H, r.W, r.M, r.K), "yes" if r.tanh_pool else "no",
                        r.best_fp32.variant if r.best_fp32 else "none passed", num(r.best_fp32 and r.best_fp32.ms),
                        num(r.cudnn_fp32_ms), *([r.cudnn_fp32_algorithm or "-"] if algo else []),
                        num(r.x_cudnn_fp32, 2), *cells, ", ".join(bad) or "-"])
@@ -440,13 +436,11 @@ def sweep_summary_table(result: BenchResult) -> Table:
     families: dict[str, list] = {}
     for r in result.sweep.rows:
         if r.cudnn_fp32_algorithm and r.x_cudnn_fp32:
-            families.setdefault(r.cudnn_fp32_algorithm, []).append(r)
-    for family, rows in sorted(families.items()):
-        w = min(rows, key=lambda r: r.x_cudnn_fp32)
-        geomean = math.exp(sum(math.log(r.x_cudnn_fp32) for r in rows) / len(rows))
-        t.rows.append([f"best float32 variant x cuDNN FP32 where cuDNN ran {family}", str(len(rows)),
-                       num(w.x_cudnn_fp32, 2), _sweep_shape(w) + (" + tanh + pool" if w.tanh_pool else ""),
-                       num(geomean, 2)])
+            families.setdefault(r.cudnn_fp32_algorithm, []).append((r.x_cudnn_fp32, r))
+    for family, pairs in sorted(families.items()):
+        worst, w, geomean = worst_and_geomean(pairs)
+        t.rows.append([f"best float32 variant x cuDNN FP32 where cuDNN ran {family}", str(len(pairs)),
+                       num(worst, 2), shape_label(w.shape, w.C, w.H, w.W, w.M, w.K, w.tanh_pool), num(geomean, 2)])
     return t
 
 
