@@ -17,6 +17,7 @@ The layout (every time in milliseconds unless the key says seconds):
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
@@ -406,6 +407,18 @@ class SweepSummary(Record):
     worst: float | None = None
     worst_row: str = ""
     geomean: float | None = None
+
+
+def shape_label(shape: str, C: int, H: int, W: int, M: int, K: int, tanh_pool: bool = False) -> str:
+    """How a sweep row is named in a SweepSummary and in the report: "s08 C=11 31x31 M=27 K=5 [+ tanh + pool]"."""
+    return f"{shape} C={C} {H}x{W} M={M} K={K}" + (" + tanh + pool" if tanh_pool else "")
+
+
+def worst_and_geomean(pairs: list[tuple[float, Any]]) -> tuple[float, Any, float]:
+    """A SweepSummary's figures from (ratio, row) pairs (at least one): the worst ratio, its row, and the geometric
+    mean of the ratios (the sweep's summary, and the report's per-algorithm rows)."""
+    worst, wrow = min(pairs, key=lambda p: p[0])
+    return worst, wrow, math.exp(sum(math.log(x) for x, _ in pairs) / len(pairs))
 
 
 @dataclass(frozen=True)

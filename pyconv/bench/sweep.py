@@ -21,15 +21,14 @@ goals."""
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from ..variants import Variant
 from . import gpu_layers
+from .schema import shape_label, worst_and_geomean
 
 SHAPES = 40
 SEED = 15  # fixed: every run measures the same shapes
@@ -141,19 +140,8 @@ def rows_of(layer: dict, precisions: dict[str, str]) -> list[dict]:
     return out
 
 
-def shape_label(shape: str, C: int, H: int, W: int, M: int, K: int, tanh_pool: bool = False) -> str:
-    """How a sweep row is named in the summary and the report: "s08 C=11 31x31 M=27 K=5 [+ tanh + pool]"."""
-    return f"{shape} C={C} {H}x{W} M={M} K={K}" + (" + tanh + pool" if tanh_pool else "")
-
-
 def row_label(row: dict) -> str:
     return shape_label(row["shape"], row["C"], row["H"], row["W"], row["M"], row["K"], row["tanh_pool"])
-
-
-def worst_and_geomean(pairs: list[tuple[float, Any]]) -> tuple[float, Any, float]:
-    """Of (ratio, row) pairs (at least one): the worst ratio, its row, and the geometric mean of the ratios."""
-    worst, wrow = min(pairs, key=lambda p: p[0])
-    return worst, wrow, math.exp(sum(math.log(x) for x, _ in pairs) / len(pairs))
 
 
 def summarise(rows: list[dict]) -> list[dict]:

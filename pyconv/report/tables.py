@@ -12,9 +12,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..bench.schema import BenchResult, Check, CpuRow, LayerResult, Stats
+from ..bench.schema import BenchResult, Check, CpuRow, LayerResult, Stats, shape_label, worst_and_geomean
 from ..bench.schema import load as load_result
-from ..bench.sweep import shape_label, worst_and_geomean
 from ..core import paths
 from ..core.errors import PyconvError
 from ..core.fileio import atomic_path, check_writable, write_text_atomic
