@@ -38,6 +38,7 @@
 #include <string>
 
 #include "cuda/runtime/registry.cuh"
+#include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/mma_tf32.cuh"
 
@@ -60,18 +61,8 @@ struct Tf32Params {
 // Queues the copy of one image into shared memory (cp.async: the copy proceeds while the block computes).
 template <int THREADS>
 __device__ __forceinline__ void load_image(float* dst, const float* src, const Tf32Params& p) {
-  if (p.vec4) {
-    for (int i = threadIdx.x; i < p.img_floats / 4; i += THREADS) {
-      const unsigned s = unsigned(__cvta_generic_to_shared(dst + 4 * i));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src + 4 * i));
-    }
-  } else {
-    for (int i = threadIdx.x; i < p.img_floats; i += THREADS) {
-      const unsigned s = unsigned(__cvta_generic_to_shared(dst + i));
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src + i));
-    }
-  }
-  asm volatile("cp.async.commit_group;");
+  cp_async_floats<THREADS>(dst, src, p.img_floats, p.vec4);
+  cp_async_commit();
 }
 
 template <int WARPS, int NT>
@@ -119,9 +110,9 @@ __global__ void __launch_bounds__(WARPS * 32)
     const long long next = b + gridDim.x;
     if (next < p.B) {
       load_image<THREADS>(s_x + (buf ^ 1) * p.img_pitch, x + next * p.img_floats, p);
-      asm volatile("cp.async.wait_group 1;" ::: "memory");  // this image's copy is done, the next one may fly
+      cp_async_wait(2);  // this image's copy is done, the next one may fly
     } else {
-      asm volatile("cp.async.wait_group 0;" ::: "memory");
+      cp_async_wait(0);
     }
     __syncthreads();  // every thread's part of the image (and, the first time, the weights and offsets) is in
     const float* xs = s_x + buf * p.img_pitch;

@@ -44,6 +44,7 @@
 #include <utility>
 
 #include "cuda/kernels/fast_div.cuh"
+#include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/registry.cuh"
 
@@ -81,16 +82,13 @@ struct Params {
 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+  const uint32_t s = smem_addr(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
 }
 __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+  const uint32_t s = smem_addr(smem);
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_0() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 // Queues the copy of image group `g` (raw bytes, contiguous in x) into `dst`; the caller commits.
 template <typename TIn>
@@ -143,7 +141,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     // Buffer (it+1)&1 was last read in iteration it-1, which ended with a barrier.
     if (gn < p.ngroups) stage(raw0 + ((it + 1) & 1) * p.raw_bytes, x, gn, p);
     cp_async_commit();
-    cp_async_wait_1();  // this thread's copies of group g are complete ...
+    cp_async_wait(2);  // this thread's copies of group g are complete ...
     __syncthreads();    // ... and everyone's are visible (also: the synchronous copy mode's stores)
 
     const long long b0 = g * p.ipb;
@@ -255,7 +253,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     }
     __syncthreads();  // buffer it&1 (and xf) are no longer read: the next iteration may overwrite them
   }
-  cp_async_wait_0();  // nothing is left in flight when the block exits (the last commit was empty)
+  cp_async_wait(0);  // nothing is left in flight when the block exits (the last commit was empty)
 }
 
 struct Plan {

@@ -113,9 +113,6 @@ __device__ __forceinline__ void cp_async_piece(void* smem, const void* gmem, int
   else
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 // tanh(x) from z = 2*log2(e)*x: 1 - 2 / (1 + 2^z). z -> +inf: 2^z = inf, rcp = 0, 1. z -> -inf: 2^z = 0, -1.
 __device__ __forceinline__ float tanh_from_scaled(float z) {
@@ -163,7 +160,7 @@ __device__ void produce(const TIn* __restrict__ x, long long img0, int nimg, flo
     }
     for (int j = 0; j < nimg; ++j) {
       const int s = j % kSlots, rs = j % kRawSlots;
-      cp_async_wait<kRawSlots - 1>();  // this lane's copies of image j have landed ...
+      cp_async_wait_group<kRawSlots - 1>();  // this lane's copies of image j have landed ...
       __syncwarp();                    // ... and every lane's
       if (j >= kSlots) mbar_wait(&empty[s], unsigned((j / kSlots - 1) & 1));
       const unsigned char* rb8 = raw + size_t(rs) * p.raw_stride;
@@ -199,7 +196,7 @@ __device__ void produce(const TIn* __restrict__ x, long long img0, int nimg, flo
                          src + size_t(j + kRawSlots) * p.img_bytes + p.piece * size_t(i), p.piece);
       cp_async_commit();
     }
-    cp_async_wait<0>();
+    cp_async_wait_group<0>();
   }
 }
 

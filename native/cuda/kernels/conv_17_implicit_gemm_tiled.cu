@@ -36,6 +36,7 @@
 #include <string>
 
 #include "cuda/kernels/fast_div.cuh"
+#include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/registry.cuh"
 
@@ -67,18 +68,12 @@ struct Tile {
   static_assert(TC % 4 == 0 && BP % kThreads == 0 && PG % LP == 0 && CG % LC == 0, "tile shape");
 };
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 // Copies 4 bytes, or writes 0.0f when !valid (src-size 0: nothing is read).
 __device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                "r"(valid ? 4 : 0)
                : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 // Pixel n -> (image b, pixel within the image).
 __device__ __forceinline__ void split_pixel(long long n, const Geometry& g, long long& b, int& pix) {
@@ -166,7 +161,7 @@ __global__ void __launch_bounds__(kThreads, 2)  // <= 128 registers: two blocks 
     cp_async_commit();  // empty groups keep the count uniform
   }
   for (int t = 0; t < n_slices; ++t) {
-    cp_async_wait<kStages - 2>();  // this thread's copies of slice t have landed ...
+    cp_async_wait_group<kStages - 2>();  // this thread's copies of slice t have landed ...
     __syncthreads();               // ... and everyone's; stage (t-1) % kStages is no longer read
     const int tn = t + kStages - 1;
     if (tn < n_slices) load_slice(tn % kStages, tn);
@@ -193,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, 2)  // <= 128 registers: two blocks 
         for (int j = 0; j < TC; ++j) acc[i][j] = fmaf(a[i], w[j], acc[i][j]);
     }
   }
-  cp_async_wait<0>();  // nothing may be in flight when the block exits
+  cp_async_wait_group<0>();  // nothing may be in flight when the block exits
 
   // acc[4h + u][4hc + i]: pixel n0 + h*BP/2 + pg*4 + u, channel m0 + hc*(BC*4/TC) + cg*4 + i.
 #pragma unroll

@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(max_warps(MT * NT) * 32, 2)
   uint4* s_al = reinterpret_cast<uint4*>(base + p.al_off);               // the same, lo
   int2* s_off = reinterpret_cast<int2*>(base + p.off_off);               // [ksteps][t]: byte offsets, pairs t, t+4
   float* s_stage = reinterpret_cast<float*>(base + p.stage_off);         // [depth][img_pitch]
-  const uint32_t s_hi = uint32_t(__cvta_generic_to_shared(base));
+  const uint32_t s_hi = smem_addr(base);
   const int warps = int(blockDim.x) / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2;
 
   long long b = blockIdx.x;

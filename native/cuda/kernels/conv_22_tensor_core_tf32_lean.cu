@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(lean_max_warps(MT * NT) * 32, 2)
     s_au[i] = to_tf32(m < p.M && kk < p.ckk ? __ldg(&k[size_t(m) * p.ckk + kk]) : 0.0f);
   }
   // Tap -> word offset from a pixel's base in slot 0 (slot 1: + one slot); padded taps read the pixel itself.
-  const uint32_t s_x = uint32_t(__cvta_generic_to_shared(s_stage));
+  const uint32_t s_x = smem_addr(s_stage);
   const int KK = p.K * p.K;
   for (int i = threadIdx.x; i < 2 * p.ksteps * 4; i += blockDim.x) {
     const int slot = i / (p.ksteps * 4), r = i - slot * p.ksteps * 4, ks = r >> 2, tt = r & 3;
@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(lean_max_warps(MT * NT) * 32, 2)
 
   int slot = 0;
   for (; b < p.B; b += gridDim.x, slot ^= 1) {
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    cp_async_wait(0);
     __syncthreads();  // image b (slot) is in for every thread; every warp is done with image b - grid (slot ^ 1)
     const long long nb = b + gridDim.x;
     if (nb < p.B) stage_image(s_stage + (slot ^ 1) * p.img_pitch, x + nb * p.img_floats, p);

@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(lean_max_warps(MT * NT) * 32, min_blocks(MT * 
     s_off[i] = o;
   }
   // This lane's B column (pixel g) of each of its n-tiles as a byte address in the pair planes.
-  const uint32_t s_x = uint32_t(__cvta_generic_to_shared(s_pair));
+  const uint32_t s_x = smem_addr(s_pair);
   const bool one_group = p.tiles <= warps * NT;
   auto bases = [&](uint32_t (&pix)[NT], int first) {
 #pragma unroll

@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(kThreads, K <= 5 ? 4 : 3)
   }
   int buf = 0;
   for (; b < p.B; b += gridDim.x, buf ^= 1) {
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    cp_async_wait_group<0>();
     __syncthreads();  // raw image b is in; the last image's m-tiles (copy, stage) are done
     const long long next = b + gridDim.x;
     if (next < p.B)

@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
   const float* kw = k + size_t(n0 + warp) * p.ckk + lane;
   __syncthreads();  // the tap table is in
 
-  const uint32_t smem_base = smem_u32(smem);
+  const uint32_t smem_base = smem_addr(smem);
   auto load_stage = [&](int kb, int s) {
     const uint32_t a_s = smem_base + uint32_t(s * T::STAGE_FLOATS) * 4;
     const uint32_t b_s = a_s + T::A_FLOATS * 4;
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
   const uint32_t b_frag = uint32_t((wn + (lane & 7)) * LDA + 4 * (lane >> 3)) * 4;
 
   for (int kb = 0; kb < p.kchunks; ++kb) {
-    asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
+    cp_async_wait_group<STAGES - 2>();
     __syncthreads();  // chunk kb is in for every thread; everyone is done with the stage the next load overwrites
     {
       const int next = kb + STAGES - 1;
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
   }
 
   // Stage the tile as [filter][pixel]: d0 (pixel g, filter 2t), d1 (g, 2t+1), d2 (g+8, 2t), d3 (g+8, 2t+1).
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  cp_async_wait_group<0>();
   __syncthreads();  // every warp is done with the stages the staging tile aliases
   float* cs = smem;
 #pragma unroll

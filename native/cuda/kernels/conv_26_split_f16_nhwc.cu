@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
   const int wrow = b_valid ? (n0 + r0) * p.Dp + 8 * q : 0;
   __syncthreads();  // the tap table is in
 
-  const uint32_t smem_base = igemm::smem_u32(smem4);
+  const uint32_t smem_base = smem_addr(smem4);
   auto load_stage = [&](int kb, int s) {
     const uint32_t st = smem_base + uint32_t(s * T::STAGE_BYTES);
     const int ofs = s_tap[kb * 4 + q];
@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
   const int b_row0 = wn + (lane & 7) + 8 * (lane >> 4), b_q = (lane >> 3) & 1;
 
   for (int kb = 0; kb < p.kchunks; ++kb) {
-    asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
+    cp_async_wait_group<STAGES - 2>();
     __syncthreads();  // chunk kb is in for every thread; everyone is done with the stage the next load overwrites
     {
       const int next = kb + STAGES - 1;

@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
   using T = Tiles<BN>;
   constexpr int MT = T::MT, NT = T::NT;
   extern __shared__ float4 smem4[];
-  const uint32_t smem_base = igemm::smem_u32(smem4);
+  const uint32_t smem_base = smem_addr(smem4);
   const uint32_t w_base = smem_base + uint32_t(p.slab_bufs * 2 * p.slab_bytes);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -183,9 +183,9 @@ __global__ void __launch_bounds__(Tiles<BN>::THREADS, 512 / Tiles<BN>::THREADS) 
   for (int u = 0; u < units; ++u) {
     const int cu = u / p.K, kh = u - cu * p.K;
     if (u == 0 || p.K == 1)  // K = 1: the newest group is the slab this unit needs
-      asm volatile("cp.async.wait_group 0;" ::: "memory");
+      cp_async_wait_group<0>();
     else
-      asm volatile("cp.async.wait_group 1;" ::: "memory");
+      cp_async_wait_group<1>();
     __syncthreads();  // unit u's operands are in for every thread; unit u - 1's buffers are free
     if (u + 1 < units) load_weights(u + 1);
     asm volatile("cp.async.commit_group;");

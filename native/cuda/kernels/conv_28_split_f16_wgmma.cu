@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int WG_N = TILE, WG_THREADS = 128;  // a warpgroup's wgmma width and threads
   extern __shared__ float4 smem4[];
-  const uint32_t w_s = (igemm::smem_u32(smem4) + 1023u) & ~1023u, slab0 = w_s + uint32_t(p.w_bytes);
+  const uint32_t w_s = (smem_addr(smem4) + 1023u) & ~1023u, slab0 = w_s + uint32_t(p.w_bytes);
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int HW = p.H * p.W, ra = 4 * p.ch, rb = 2 * p.ch;  // row bytes of the slab and of the weights
   const int wtid = tid & (WG_THREADS - 1);

@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
   constexpr int ch = 16 * KS;           // channels per band
   constexpr int ra = 4 * ch, rb = 2 * ch;  // row bytes of the slab and of the weights
   extern __shared__ float4 smem4[];
-  const uint32_t base = igemm::smem_u32(smem4), w_s = (base + 1023u) & ~1023u;
+  const uint32_t base = smem_addr(smem4), w_s = (base + 1023u) & ~1023u;
   const uint32_t slab0 = w_s + uint32_t(p.gl_max * p.w_bytes);
   float* stage = reinterpret_cast<float*>(reinterpret_cast<char*>(smem4) + (slab0 - base) + p.nbuf * p.slab_bytes);
   uint64_t* landed = reinterpret_cast<uint64_t*>(stage + p.R * STAGE_STRIDE);

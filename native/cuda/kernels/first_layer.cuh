@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "cuda/kernels/fast_div.cuh"
+#include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 
 namespace pyconv {
@@ -61,8 +62,6 @@ __device__ __forceinline__ void mma_f16_first(float (&d)[4], uint32_t a0, uint32
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
 }
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
-
 // 32 bits at a shared-window address plus an immediate offset (bytes).
 template <int OFF>
 __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
@@ -88,7 +87,7 @@ __device__ __forceinline__ void fetch_image(unsigned char* dst, const unsigned c
     else
       asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(s) : "memory");
   }
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
+  cp_async_commit();
 }
 
 // The largest cp.async piece (16, 8, 4) that divides the image and the batch's address, 0 for plain loads.

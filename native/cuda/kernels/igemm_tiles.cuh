@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/conv_shape.hpp"
+#include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 
 namespace pyconv::igemm {
@@ -91,8 +92,6 @@ inline void launch(Kernel kernel, int threads, const float* x, const float* k, f
   kernel<<<unsigned(blocks), threads, smem, st>>>(x, k, y, p);
   CUDA_CHECK_LAUNCH();
 }
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
 // 4-byte asynchronous copy; valid == false writes a zero and reads nothing.
 __device__ __forceinline__ void cp_async4(uint32_t dst, const float* src, bool valid) {

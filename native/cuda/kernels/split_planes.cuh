@@ -97,7 +97,7 @@ __device__ __forceinline__ void finish_tile(float* cs, const float (&acc)[MT][NT
                                             int wm, int wn, float* __restrict__ y, const igemm::Params& out,
                                             long long p0, int n0) {
   const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  cp_async_wait_group<0>();
   __syncthreads();  // every warp is done with the buffers the staging tile aliases
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)

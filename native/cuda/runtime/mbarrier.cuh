@@ -3,9 +3,10 @@
 #pragma once
 #include <cstdint>
 
+#include "cuda/runtime/cp_async.cuh"
+
 namespace pyconv {
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
   asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
 }
