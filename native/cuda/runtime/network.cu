@@ -503,10 +503,15 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
   CUDA_CHECK(cudaStreamIsCapturing(origin, &capturing));
   const unsigned wait_flags =
       capturing == cudaStreamCaptureStatusActive ? cudaEventWaitExternal : cudaEventWaitDefault;
-  // The labels go straight from the last kernel into pinned host memory where the device can address it (mapped:
-  // every pinned allocation under unified addressing), instead of a device-to-host copy after it. The last part's
-  // copy is on the pass's critical path: on an H200 it started 8 us after the head kernel it waited for had ended
-  // and took 1.7 us more (pinned_trace in results/bench-e2e-nvidia-h200-2026-11-24-sp19-taper-sweep.json).
+  // The last part's labels go straight from its last kernel into pinned host memory where the device can address
+  // it (mapped: every pinned allocation under unified addressing), instead of a device-to-host copy after it: that
+  // copy is on the pass's critical path (on an H200 it started 8 us after the head kernel it waited for had ended
+  // and took 1.7 us more: pinned_trace in results/bench-e2e-nvidia-h200-2026-11-24-sp19-taper-sweep.json). The
+  // parts before it write theirs on the device and copy them back after: their heads run while the images still
+  // stream in, and the head's small writes across PCIe, beside the copy engine's reads, doubled its time (sp19's
+  // head on a 2500-row part: 12.6-13.7 us for the first three parts against 6.6 for the last, pinned_trace in
+  // results/bench-e2e-nvidia-h200-2026-11-25-sp19-copies-first.json; 6.0 when each wrote on the device,
+  // results/bench-e2e-nvidia-h200-2026-11-29-sp19-labels.json).
   int32_t* labels_mapped = nullptr;
   if (labels_dst && cudaHostGetDevicePointer(reinterpret_cast<void**>(&labels_mapped), labels_dst, 0) != cudaSuccess) {
     cudaGetLastError();  // not mapped: copied after each part below
@@ -519,7 +524,7 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
     const cudaStream_t st = L.stream.get();
     const int64_t r0 = ck.at[size_t(c)], rc = ck.at[size_t(c) + 1] - r0;
     const uint8_t* part = (on_device ? src : pass_in_.get()) + size_t(r0) * ck.in_bytes;
-    int32_t* labels = labels_mapped ? labels_mapped + r0 : nullptr;
+    int32_t* labels = labels_mapped && c + 1 == ck.nchunks ? labels_mapped + r0 : nullptr;  // null: L.labels
     const size_t first = p;
     while (p < npieces && ck.piece_at[p] < r0 + rc) ++p;
     if (p - first > 1) {
@@ -548,7 +553,7 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
       const StagedInput in = stage_input(L, plan, part, type, rc, true, nullptr);
       run_lane(L, rc, plan, ck.timing, unused, &chunk_events_[first], in.host_x, in.x_u8, labels);
     }
-    if (labels_dst && !labels_mapped)
+    if (labels_dst && !labels)
       CUDA_CHECK(cudaMemcpyAsync(labels_dst + r0, L.labels.get(), size_t(rc) * sizeof(int32_t),
                                  cudaMemcpyDeviceToHost, st));
   }
