@@ -3,7 +3,7 @@
 
 - layers: per conv layer shape (C, H, W, M, K, whether tanh + max-pool 2/2 follow), the variants whose correctness
   check passed, fastest first, with the median time the choice compared (conv + tanh + pool where they follow:
-  a fusing variant's one launch against any other variant followed by the shared tanh and pooling kernels).
+  a fusing variant's one launch against any other variant followed by the shared max-pool + tanh kernel).
 - precision: per model digest (the exact weights), whether the end-to-end bench found the reduced-precision
   configuration (conv variants rounding to TF32 or FP16, fully connected layers in cuBLAS TF32) leaving every label
   equal to PyTorch's float32 network, and the variant per conv layer that configuration ran (`impls`; null in files

@@ -270,7 +270,12 @@ LAYER_CASES = {
     "maxpool-3/2-floor": [Layer("pool", mode="max", kernel=3, stride=2)],
     "avgpool-2/1": [Layer("pool", mode="avg", kernel=2, stride=1)],
     "avgpool-3/3-floor": [Layer("pool", mode="avg", kernel=3, stride=3)],
+    # an activation before a max-pool runs in the pool, on each window's max (GpuNetwork's plan): 2/2 in its own
+    # kernel, other windows in the generic one; before an average pool it stays a pass of its own
     "tanh-maxpool-2/2": [Layer("tanh"), Layer("pool", mode="max", kernel=2, stride=2)],
+    "relu-maxpool-2/2": [Layer("relu"), Layer("pool", mode="max", kernel=2, stride=2)],
+    "sigmoid-maxpool-3/2-floor": [Layer("sigmoid"), Layer("pool", mode="max", kernel=3, stride=2)],
+    "tanh-avgpool-2/2": [Layer("tanh"), Layer("pool", mode="avg", kernel=2, stride=2)],
 }
 
 
@@ -278,10 +283,14 @@ LAYER_CASES = {
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", list(LAYER_CASES))
 @pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+@pytest.mark.parametrize("H, W", [(13, 11), (14, 12), (11, 69)], ids=["odd", "even", "wide"])
 @needs_m3_pick
-def test_layers_match_reference(case, dtype):
+def test_layers_match_reference(case, dtype, H, W):
+    """Each layer kind after a conv against the CPU reference: odd conv outputs (11x9: the pools drop the last row
+    and column), even ones (12x10: the 2/2 pool reads pairs of floats) and one whose pooled rows are wider than a
+    warp's 32 outputs (9x67: 33 a row)."""
     rng = np.random.default_rng(SEED + 3)
-    C, H, W, M = 2, 13, 11, 3
+    C, M = 2, 3
     # Conv outputs of order 1 so tanh and sigmoid are tested where they are not saturated; no activation after
     # the final FC, whose logits are compared directly.
     conv = Layer("conv", name="c", out_channels=M, kernel=3,

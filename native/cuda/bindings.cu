@@ -185,7 +185,7 @@ PYBIND11_MODULE(_gpu, m) {
       },
       py::arg("name"), py::arg("x"), py::arg("k"), py::arg("warmup") = 5, py::arg("reps") = 20,
       "Like time_conv, for conv + tanh + max-pool 2/2: a variant with the tanh-maxpool2 epilogue is its one\n"
-      "launch; any other is timed with the shared tanh and pooling kernels after it.");
+      "launch; any other is timed with the shared max-pool + tanh kernel after it.");
 
   py::class_<StagedConv>(m, "StagedConv",
                          "A variant with its inputs uploaded once, launched on a stream the caller owns: what\n"

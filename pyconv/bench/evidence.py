@@ -21,8 +21,8 @@ from .schema import BenchResult, LayerResult
 
 def ranking(layer: LayerResult, date: str, source: str) -> tuple[Timing, ...]:
     """The variants whose check passed on this layer, fastest first, each by what the network would pay: where
-    tanh + max-pool 2/2 follow, a fusing variant's launch against any other's conv + the shared tanh and pool
-    kernels. Variants that read x from host memory are left out: in the network, activations stay on the device."""
+    tanh + max-pool 2/2 follow, a fusing variant's launch against any other's conv + the shared max-pool + tanh
+    kernel. Variants that read x from host memory are left out: in the network, activations stay on the device."""
     out = []
     for v in layer.variants:
         if not v.passed or v.x_on_host or (v.pools and not layer.tanh_pool_follows):

@@ -260,7 +260,7 @@ def _u8_row(g, v: Variant, site: dict, rng: np.random.Generator, row: dict, jobs
         row["u8_skipped"] = "FAILED the correctness check on uint8 images: not timed"
         return
     fused_site = site["tanh_pool_follows"]
-    tp = fused_site and not v.pools  # a plain conv on a fused layer is timed with the shared tanh + pool kernels
+    tp = fused_site and not v.pools  # a plain conv on a fused layer: timed with the shared pool + tanh kernel
     jobs.append(_variant_job(g, f"{prefix}/{v.name}/u8", v.name, x8, k, tp, row, "u8_ms", v.student))
 
 

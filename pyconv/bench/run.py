@@ -19,8 +19,8 @@ What is measured, and how:
   A variant that fails is recorded as failed and not timed; it never counts as the best.
 - GPU op time: pyconv._gpu.time_conv, CUDA events around each launch, median (also min, p90) of `reps` runs after
   `warmup` untimed ones. Layers followed by tanh + max-pool 2/2 are also timed as conv + tanh + pool
-  (time_conv_tanh_pool): the fused variant's one launch, or any other variant followed by the shared tanh and
-  pooling kernels.
+  (time_conv_tanh_pool): the fused variant's one launch, or any other variant followed by the shared max-pool +
+  tanh kernel (layers.cuh's pool2d, tanh on each window's max).
 - Roofline floor of a layer = max(bytes / copy bandwidth, flops / FP32 rate), both measured at the start of the
   run on the same GPU: bytes = x read once + k read once + y written once (the pooled y for conv + tanh + pool),
   flops = 2*B*M*Ho*Wo*C*K*K (tanh and pooling flops are not counted). The FP32 rate is the higher of the FFMA

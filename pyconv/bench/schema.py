@@ -352,7 +352,7 @@ class EndToEnd(Record):
 @dataclass(frozen=True)
 class SweepVariant(Record):
     """One variant on one sweep row: its median time (conv + tanh + pool in a row with them: a fusing variant's
-    launch, any other's conv followed by the shared tanh and pooling kernels), or why it has none."""
+    launch, any other's conv followed by the shared max-pool + tanh kernel), or why it has none."""
 
     variant: str
     precision: str = "fp32"

@@ -8,8 +8,8 @@ with TF32 off, with TF32 on, and in FP16 (half tensors) in the same run, and the
 are recorded with the algorithm family they show (cudnn_algorithm: FFT, Winograd, implicit GEMM, ...). That gives
 each shape two rows:
 - conv alone: the plain variants' launches against conv2d;
-- conv + tanh + max-pool 2/2: a fusing variant's launch, or a plain variant followed by the shared tanh and
-  pooling kernels, against conv2d + tanh + max_pool2d.
+- conv + tanh + max-pool 2/2: a fusing variant's launch, or a plain variant followed by the shared max-pool +
+  tanh kernel, against conv2d + tanh + max_pool2d.
 Precision is compared like for like: the best variant that computes in float32 against cuDNN FP32, and the best
 of all (a reduced-precision variant of ours, TF32 or FP16, included) against the faster of cuDNN TF32 and cuDNN
 FP16, whichever our best rounds to: a TF32 variant is never let off with cuDNN's slower reduced mode, and an FP16

@@ -115,14 +115,13 @@ void launch_unit(const GpuConvVariant& v, const ConvShape& s, const float* x, co
   else
     v.launch(x, k, y, s, st);
   if (tanh_pool && v.epilogue != Epilogue::TanhMaxPool2) {
-    activation_inplace(y, size_t(s.y_size()), Activation::Tanh, st);
-    pool2d(y, tmp, s.B * s.M, int(s.Ho()), int(s.Wo()), 2, 2, true, st);
+    pool2d(y, tmp, s.B * s.M, int(s.Ho()), int(s.Wo()), 2, 2, true, st, Activation::Tanh);  // tanh after the max
   }
 }
 
 namespace {
 
-// One timed unit of work: the variant's launch, followed by the shared tanh and pooling kernels when tanh_pool is
+// One timed unit of work: the variant's launch, followed by the shared max-pool + tanh kernel when tanh_pool is
 // asked of a variant whose epilogue does not pool.
 void launch_staged(const GpuConvVariant& v, const ConvShape& s, const ConvInputs& in, bool tanh_pool,
                    cudaStream_t st) {

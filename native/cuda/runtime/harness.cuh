@@ -29,14 +29,14 @@ void run_conv_u8(const GpuConvVariant& v, const ConvShape& s, const uint8_t* x, 
 
 // Milliseconds of each of `reps` launches after `warmup` untimed ones, CUDA events around each launch. Inputs are
 // uploaded once (an x_on_host variant reads pinned host memory). tanh_pool: conv + tanh + max-pool 2/2 -- the
-// variant's own launch when its epilogue pools, else followed by the shared tanh and pooling kernels.
+// variant's own launch when its epilogue pools, else followed by the shared max-pool + tanh kernel.
 std::vector<float> time_conv(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k, int warmup,
                              int reps, bool tanh_pool);
 
 // One unit of work on buffers the caller owns (device pointers; x on the host for an x_on_host variant): the
-// variant's launch, then the shared tanh and pooling kernels when tanh_pool is asked of a variant that does not
-// pool (y then holds the conv output, tmp the pooled one). Queued on `st`, nothing synchronised. x8 (not null):
-// uint8 images, run through the variant's launch_u8 instead of x.
+// variant's launch, then the shared max-pool + tanh kernel (pool2d, tanh on each window's max) when tanh_pool is
+// asked of a variant that does not pool (y then holds the conv output, tmp the pooled one). Queued on `st`, nothing
+// synchronised. x8 (not null): uint8 images, run through the variant's launch_u8 instead of x.
 void launch_unit(const GpuConvVariant& v, const ConvShape& s, const float* x, const float* k, float* y, float* tmp,
                  bool tanh_pool, cudaStream_t st, const uint8_t* x8 = nullptr);
 

@@ -49,8 +49,10 @@ __global__ void activation_kernel(float* x, size_t n, Activation a) {
 }
 
 // One thread per output element; the window lies wholly inside the input by construction of Ho, Wo.
+// act after the window: max-pooling only (the caller checks), where act is monotonic non-decreasing and
+// act(max) = max(act) with one act per output instead of one per input.
 __global__ void pool2d_kernel(const float* __restrict__ x, float* __restrict__ y, size_t total, int H, int W,
-                              int Ho, int Wo, int kernel, int stride, bool max_mode) {
+                              int Ho, int Wo, int kernel, int stride, bool max_mode, Activation act) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
     const int wo = int(i % Wo);
     const int ho = int((i / Wo) % Ho);
@@ -67,7 +69,39 @@ __global__ void pool2d_kernel(const float* __restrict__ x, float* __restrict__ y
           acc += v;
         }
       }
-    y[i] = max_mode ? acc : acc / float(kernel * kernel);
+    y[i] = max_mode ? activate(acc, act) : acc / float(kernel * kernel);
+  }
+}
+
+// Max-pool 2/2 then act (see pool2d_kernel), every output once: a warp takes 32 neighbouring outputs of one output
+// row (its two input rows in coalesced pieces, float2 where W is even), 32-bit indices (the caller checks the
+// sizes) and no division when H is even (output row r reads input rows 2r and 2r + 1 of the flat [planes * H]
+// rows). The generic kernel above spent three 64-bit divisions per output, and a separate activation pass read
+// and wrote the whole conv output once more.
+template <bool EVEN_W>
+__global__ void max_pool2_act_kernel(const float* __restrict__ x, float* __restrict__ y, uint32_t rows,
+                                     uint32_t segs, int H, int W, int Ho, int Wo, Activation act) {
+  const uint32_t warps = gridDim.x * (blockDim.x / 32);
+  for (uint32_t t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; t < rows * segs; t += warps) {
+    const uint32_t r = t / segs, wo = (t - r * segs) * 32 + threadIdx.x % 32;
+    if (wo >= uint32_t(Wo)) continue;
+    // input row of output row r = plane * Ho + ho: plane * H + 2 ho = 2 r + plane (H odd: the last row unused)
+    const uint32_t in_row = 2 * r + ((H & 1) ? r / uint32_t(Ho) : 0u);
+    const float* src = x + size_t(in_row) * W + 2 * wo;
+    float a0, a1, b0, b1;
+    if constexpr (EVEN_W) {
+      const float2 u = __ldg(reinterpret_cast<const float2*>(src));
+      const float2 v = __ldg(reinterpret_cast<const float2*>(src + W));
+      a0 = u.x; a1 = u.y; b0 = v.x; b1 = v.y;
+    } else {
+      a0 = __ldg(src); a1 = __ldg(src + 1); b0 = __ldg(src + W); b1 = __ldg(src + W + 1);
+    }
+    // the generic kernel's order and NaN rule (numpy's max)
+    float acc = a0;
+    acc = (a1 > acc || a1 != a1) && acc == acc ? a1 : acc;
+    acc = (b0 > acc || b0 != b0) && acc == acc ? b0 : acc;
+    acc = (b1 > acc || b1 != b1) && acc == acc ? b1 : acc;
+    y[size_t(r) * Wo + wo] = activate(acc, act);
   }
 }
 
@@ -292,7 +326,9 @@ void activation_inplace(float* x, size_t n, Activation a, cudaStream_t st) {
 }
 
 void pool2d(const float* x, float* y, int64_t planes, int H, int W, int kernel, int stride, bool max_mode,
-            cudaStream_t st) {
+            cudaStream_t st, Activation act) {
+  if (act != Activation::None && !max_mode)
+    throw std::invalid_argument("pool2d: an activation after the window needs max-pooling (it commutes with max)");
   if (kernel < 1 || stride < 1 || kernel > H || kernel > W)
     throw std::invalid_argument("pool2d: need 1 <= kernel <= H, W and stride >= 1 (kernel " +
                                 std::to_string(kernel) + ", stride " + std::to_string(stride) + ", input " +
@@ -300,7 +336,18 @@ void pool2d(const float* x, float* y, int64_t planes, int H, int W, int kernel, 
   const int Ho = (H - kernel) / stride + 1, Wo = (W - kernel) / stride + 1;
   const size_t total = size_t(planes) * Ho * Wo;
   if (!total) return;
-  pool2d_kernel<<<blocks_for(total), THREADS, 0, st>>>(x, y, total, H, W, Ho, Wo, kernel, stride, max_mode);
+  const int64_t rows = planes * Ho, segs = (Wo + 31) / 32;
+  if (max_mode && kernel == 2 && stride == 2 && rows * segs < (int64_t(1) << 31) && planes * H < (int64_t(1) << 31)) {
+    const bool even = W % 2 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0;
+    const unsigned blocks = blocks_for(size_t(rows * segs) * 32);
+    if (even)
+      max_pool2_act_kernel<true><<<blocks, THREADS, 0, st>>>(x, y, uint32_t(rows), uint32_t(segs), H, W, Ho, Wo, act);
+    else
+      max_pool2_act_kernel<false><<<blocks, THREADS, 0, st>>>(x, y, uint32_t(rows), uint32_t(segs), H, W, Ho, Wo, act);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  pool2d_kernel<<<blocks_for(total), THREADS, 0, st>>>(x, y, total, H, W, Ho, Wo, kernel, stride, max_mode, act);
   CUDA_CHECK_LAUNCH();
 }
 

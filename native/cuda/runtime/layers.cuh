@@ -44,9 +44,11 @@ void u8_to_f32(const uint8_t* in, float* out, size_t n, cudaStream_t st);
 void activation_inplace(float* x, size_t n, Activation a, cudaStream_t st);
 
 // Pooling of x[planes][H][W] into y[planes][Ho][Wo], Ho = (H - kernel) / stride + 1 (floor mode: windows that
-// run past the edge are dropped), max or average over the kernel x kernel window.
+// run past the edge are dropped), max or average over the kernel x kernel window. act (max only): applied to each
+// window's max, which equals the max of the activated window for tanh, relu and sigmoid (monotonic), with one
+// activation per output: an activation layer before a max-pool runs here instead of over the whole input.
 void pool2d(const float* x, float* y, int64_t planes, int H, int W, int kernel, int stride, bool max_mode,
-            cudaStream_t st);
+            cudaStream_t st, Activation act = Activation::None);
 
 // How the fully connected layers multiply. FP32: cublasSgemm, exact float32 products. TF32: the tensor cores
 // (CUBLAS_COMPUTE_32F_FAST_TF32): operands rounded to 10 mantissa bits, products summed in float32. Measured on

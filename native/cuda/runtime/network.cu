@@ -164,6 +164,13 @@ GpuNetwork::Plan GpuNetwork::make_plan(const std::vector<std::string>& impls) co
         st.fc_act = layers_[i + 1].act;
         ++i;
       }
+    } else if (L.kind == Kind::Act && i + 1 < layers_.size() && layers_[i + 1].kind == Kind::Pool &&
+               layers_[i + 1].max_mode) {
+      // An activation before a max-pool runs in the pool, on each window's max (pool2d: tanh, relu and sigmoid
+      // are monotonic): one pass over the conv's output instead of two, and a quarter of the activations.
+      st = Step{&layers_[i + 1]};
+      st.pool_act = L.act;
+      ++i;
     } else if (L.kind == Kind::Flatten || L.kind == Kind::Softmax) {
       // Flatten: the buffer is already contiguous. Softmax: monotonic in each row, so it cannot change the argmax,
       // the only thing that leaves the device.
@@ -315,7 +322,7 @@ const float* GpuNetwork::run_lane(Lane& L, int64_t rows, const Plan& plan, Timin
       case Kind::Pool:
         if (run)
           pool2d(in_at(cur, ly.in_elems(), si), out_at(other, ly.out_elems(), si), rows * ly.in_c, int(ly.in_h),
-                 int(ly.in_w), int(ly.kernel), int(ly.stride), ly.max_mode, st);
+                 int(ly.in_w), int(ly.kernel), int(ly.stride), ly.max_mode, st, step.pool_act);
         std::swap(cur, other);
         break;
       case Kind::FC:

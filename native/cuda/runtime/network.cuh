@@ -158,6 +158,7 @@ class GpuNetwork {
     const Layer* layer;
     const GpuConvVariant* variant = nullptr;  // conv only
     Activation fc_act = Activation::None;     // FC fused with the activation after it
+    Activation pool_act = Activation::None;   // max-pool with the activation before it (applied to each max)
     // conv under FcMath::FP16 whose output goes straight into an FC layer: written in half where the variant can
     // (launch_f16_out, or launch_u8_f16_out from the uint8 images), else rounded before the GEMM
     bool feeds_fc16 = false;
