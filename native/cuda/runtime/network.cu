@@ -516,9 +516,10 @@ void GpuNetwork::queue_chunks(const Chunking& ck, const uint8_t* src, const uint
   // and took 1.7 us more: pinned_trace in results/bench-e2e-nvidia-h200-2026-11-24-sp19-taper-sweep.json). The
   // parts before it write theirs on the device and copy them back after: their heads run while the images still
   // stream in, and the head's small writes across PCIe, beside the copy engine's reads, doubled its time (sp19's
-  // head on a 2500-row part: 12.6-13.7 us for the first three parts against 6.6 for the last, pinned_trace in
-  // results/bench-e2e-nvidia-h200-2026-11-25-sp19-copies-first.json; 6.0 when each wrote on the device,
-  // results/bench-e2e-nvidia-h200-2026-11-29-sp19-labels.json).
+  // head on a 2500-row part: 12.7 and 12.6 us for the first two parts against 6.6 for the last, pinned_trace in
+  // results/bench-e2e-nvidia-h200-2026-11-25-sp19-copies-first.json; 6.0 and 5.8 when they wrote on the device,
+  // results/bench-e2e-nvidia-h200-2026-11-29-sp19-labels.json; the third part's, beside the last part's first
+  // piece, took 13.7 and 14.5).
   int32_t* labels_mapped = nullptr;
   if (labels_dst && cudaHostGetDevicePointer(reinterpret_cast<void**>(&labels_mapped), labels_dst, 0) != cudaSuccess) {
     cudaGetLastError();  // not mapped: copied after each part below
