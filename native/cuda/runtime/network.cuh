@@ -4,7 +4,8 @@
 // forward(images, impls, chunks, streams):
 //   - impls names one registry variant per conv layer. A variant with the TanhMaxPool2 epilogue replaces its
 //     conv + the following tanh + max-pool 2/2 (refused when the next layers are not exactly those). A variant
-//     with x_on_host reads the images from pinned host memory itself; only the network's first layer may.
+//     with x_on_host reads the images from pinned host memory itself; only the network's first layer may. Any
+//     other activation followed by a max-pool runs inside the pool, on each window's max (pool2d in layers.cuh).
 //   - chunks = 1 (the course's measurement): the batch is one launch per layer, and each conv's op time is
 //     cudaDeviceSynchronize, host steady_clock, the conv launch, cudaDeviceSynchronize, host clock. For a fused
 //     variant the op time covers conv + tanh + pool.
