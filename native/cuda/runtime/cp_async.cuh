@@ -42,9 +42,9 @@ __device__ __forceinline__ void cp_async_wait_group() {
 // Each thread waits for its own copies: a barrier must follow before other threads' data is read.
 __device__ __forceinline__ void cp_async_wait(int depth) {
   if (depth == 2)
-    asm volatile("cp.async.wait_group 1;" ::: "memory");
+    cp_async_wait_group<1>();
   else
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    cp_async_wait_group<0>();
 }
 
 }  // namespace pyconv

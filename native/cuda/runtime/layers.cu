@@ -48,6 +48,9 @@ __global__ void activation_kernel(float* x, size_t n, Activation a) {
     x[i] = activate(x[i], a);
 }
 
+// The running max of a window with v: numpy's max, where a NaN wins and stays.
+__device__ __forceinline__ float max_step(float acc, float v) { return (v > acc || v != v) && acc == acc ? v : acc; }
+
 // One thread per output element; the window lies wholly inside the input by construction of Ho, Wo.
 // act after the window: max-pooling only (the caller checks), where act is monotonic non-decreasing and
 // act(max) = max(act) with one act per output instead of one per input.
@@ -62,12 +65,7 @@ __global__ void pool2d_kernel(const float* __restrict__ x, float* __restrict__ y
     for (int p = 0; p < kernel; ++p)
       for (int q = 0; q < kernel; ++q) {
         const float v = src[p * W + q];
-        if (max_mode) {
-          // NaN propagates as in numpy's max
-          acc = (v > acc || v != v) && acc == acc ? v : acc;
-        } else {
-          acc += v;
-        }
+        acc = max_mode ? max_step(acc, v) : acc + v;
       }
     y[i] = max_mode ? activate(acc, act) : acc / float(kernel * kernel);
   }
@@ -98,12 +96,8 @@ __global__ void max_pool2_act_kernel(const float* __restrict__ x, float* __restr
     } else {
       a0 = __ldg(src); a1 = __ldg(src + 1); b0 = __ldg(src + W); b1 = __ldg(src + W + 1);
     }
-    // the generic kernel's order and NaN rule (numpy's max)
-    float acc = a0;
-    acc = (a1 > acc || a1 != a1) && acc == acc ? a1 : acc;
-    acc = (b0 > acc || b0 != b0) && acc == acc ? b0 : acc;
-    acc = (b1 > acc || b1 != b1) && acc == acc ? b1 : acc;
-    y[size_t(r) * Wo + wo] = activate(acc, act);
+    // the generic kernel's window order
+    y[size_t(r) * Wo + wo] = activate(max_step(max_step(max_step(a0, a1), b0), b1), act);
   }
 }
 
