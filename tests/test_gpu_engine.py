@@ -283,12 +283,14 @@ LAYER_CASES = {
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", list(LAYER_CASES))
 @pytest.mark.parametrize("dtype", [np.uint8, np.float32])
-@pytest.mark.parametrize("H, W", [(13, 11), (14, 12), (11, 69)], ids=["odd", "even", "wide"])
+@pytest.mark.parametrize("H, W", [(13, 11), (14, 12), (13, 12), (14, 13), (11, 69)],
+                         ids=["odd", "even", "odd-h", "odd-w", "wide"])
 @needs_m3_pick
 def test_layers_match_reference(case, dtype, H, W):
     """Each layer kind after a conv against the CPU reference: odd conv outputs (11x9: the pools drop the last row
-    and column), even ones (12x10: the 2/2 pool reads pairs of floats) and one whose pooled rows are wider than a
-    warp's 32 outputs (9x67: 33 a row)."""
+    and column), even ones (12x10: the 2/2 pool reads pairs of floats), each dimension odd alone (11x10, 12x11), and
+    one whose pooled rows are wider than a warp's 32 outputs (9x67: 33 a row). The pooled rows narrower than a warp
+    put outputs of several rows and planes in one warp."""
     rng = np.random.default_rng(SEED + 3)
     C, M = 2, 3
     # Conv outputs of order 1 so tanh and sigmoid are tested where they are not saturated; no activation after

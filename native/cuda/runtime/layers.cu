@@ -4,6 +4,8 @@
 
 #include "cuda/runtime/layers.cuh"
 
+#include "cuda/kernels/fast_div.cuh"
+
 namespace pyconv {
 namespace {
 
@@ -71,22 +73,23 @@ __global__ void pool2d_kernel(const float* __restrict__ x, float* __restrict__ y
   }
 }
 
-// Max-pool 2/2 then act (see pool2d_kernel), every output once: a warp takes 32 neighbouring outputs of one output
-// row (its two input rows in coalesced pieces, float2 where W is even), 32-bit indices (the caller checks the
-// sizes) and no division when H is even (output row r reads input rows 2r and 2r + 1 of the flat [planes * H]
-// rows). The generic kernel above spent three 64-bit divisions per output, and a separate activation pass read
-// and wrote the whole conv output once more: with this kernel the sweep's 40 rows with tanh + pool after the conv
-// (a plain variant's conv, then this) went 22% faster in geometric mean, s08 (C=11 31x31 M=27 K=5) 2.80 -> 2.42 ms
-// (results/bench-nvidia-h200-2026-11-29-sweep-pool-act.json against -2026-11-28-sweep-step29-producer.json).
-template <bool EVEN_W>
-__global__ void max_pool2_act_kernel(const float* __restrict__ x, float* __restrict__ y, uint32_t rows,
-                                     uint32_t segs, int H, int W, int Ho, int Wo, Activation act) {
-  const uint32_t warps = gridDim.x * (blockDim.x / 32);
-  for (uint32_t t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; t < rows * segs; t += warps) {
-    const uint32_t r = t / segs, wo = (t - r * segs) * 32 + threadIdx.x % 32;
-    if (wo >= uint32_t(Wo)) continue;
-    // input row of output row r = plane * Ho + ho: plane * H + 2 ho = 2 r + plane (H odd: the last row unused)
-    const uint32_t in_row = 2 * r + ((H & 1) ? r / uint32_t(Ho) : 0u);
+// Max-pool 2/2 then act (see pool2d_kernel), every output once: a thread per output over the flat index, so
+// consecutive lanes take consecutive outputs whatever the width (float2 loads of the two input rows where W is
+// even), 32-bit indices (the caller checks the sizes) and multiply-high divisions: output row r = i / Wo reads
+// input rows 2r and 2r + 1 of the flat [planes * H] rows, plus r / Ho more where H is odd (each plane's last row
+// unused). The generic kernel above spent three 64-bit divisions per output, and a separate activation pass read
+// and wrote the whole conv output once more: with a kernel of this one's loads but a warp per 32 outputs of one row,
+// the sweep's 40 rows with tanh + pool after the conv (a plain variant's conv, then this) went 22% faster in
+// geometric mean, s08 (C=11 31x31 M=27 K=5) 2.80 -> 2.42 ms (results/bench-nvidia-h200-2026-11-29-sweep-pool-act.json
+// against -2026-11-28-sweep-step29-producer.json); on rows narrower than a warp most of its lanes idled (s01, 13x13
+// conv outputs pooled to 6x6: 0.443 -> 0.461 ms).
+template <bool EVEN_W, bool ODD_H>
+__global__ void max_pool2_act_kernel(const float* __restrict__ x, float* __restrict__ y, uint32_t total,
+                                     FastDiv by_wo, FastDiv by_ho, int W, Activation act) {
+  const uint32_t step = gridDim.x * blockDim.x;
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
+    const uint32_t r = by_wo.div(i), wo = i - r * by_wo.d;
+    const uint32_t in_row = 2 * r + (ODD_H ? by_ho.div(r) : 0u);
     const float* src = x + size_t(in_row) * W + 2 * wo;
     float a0, a1, b0, b1;
     if constexpr (EVEN_W) {
@@ -97,7 +100,7 @@ __global__ void max_pool2_act_kernel(const float* __restrict__ x, float* __restr
       a0 = __ldg(src); a1 = __ldg(src + 1); b0 = __ldg(src + W); b1 = __ldg(src + W + 1);
     }
     // the generic kernel's window order
-    y[size_t(r) * Wo + wo] = activate(max_step(max_step(max_step(a0, a1), b0), b1), act);
+    y[i] = activate(max_step(max_step(max_step(a0, a1), b0), b1), act);
   }
 }
 
@@ -332,14 +335,13 @@ void pool2d(const float* x, float* y, int64_t planes, int H, int W, int kernel, 
   const int Ho = (H - kernel) / stride + 1, Wo = (W - kernel) / stride + 1;
   const size_t total = size_t(planes) * Ho * Wo;
   if (!total) return;
-  const int64_t rows = planes * Ho, segs = (Wo + 31) / 32;
-  if (max_mode && kernel == 2 && stride == 2 && rows * segs < (int64_t(1) << 31) && planes * H < (int64_t(1) << 31)) {
-    const bool even = W % 2 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0;
-    const unsigned blocks = blocks_for(size_t(rows * segs) * 32);
-    if (even)
-      max_pool2_act_kernel<true><<<blocks, THREADS, 0, st>>>(x, y, uint32_t(rows), uint32_t(segs), H, W, Ho, Wo, act);
-    else
-      max_pool2_act_kernel<false><<<blocks, THREADS, 0, st>>>(x, y, uint32_t(rows), uint32_t(segs), H, W, Ho, Wo, act);
+  if (max_mode && kernel == 2 && stride == 2 && total < (size_t(1) << 31) && planes * H < (int64_t(1) << 31)) {
+    const bool even = W % 2 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0, odd_h = H % 2 == 1;
+    const unsigned blocks = blocks_for(total);
+    const FastDiv by_wo{uint32_t(Wo)}, by_ho{uint32_t(Ho)};
+    const auto kernel2 = even ? (odd_h ? max_pool2_act_kernel<true, true> : max_pool2_act_kernel<true, false>)
+                              : (odd_h ? max_pool2_act_kernel<false, true> : max_pool2_act_kernel<false, false>);
+    kernel2<<<blocks, THREADS, 0, st>>>(x, y, uint32_t(total), by_wo, by_ho, W, act);
     CUDA_CHECK_LAUNCH();
     return;
   }
