@@ -77,12 +77,15 @@ __global__ void pool2d_kernel(const float* __restrict__ x, float* __restrict__ y
 // consecutive lanes take consecutive outputs whatever the width (float2 loads of the two input rows where W is
 // even), 32-bit indices (the caller checks the sizes) and multiply-high divisions: output row r = i / Wo reads
 // input rows 2r and 2r + 1 of the flat [planes * H] rows, plus r / Ho more where H is odd (each plane's last row
-// unused). The generic kernel above spent three 64-bit divisions per output, and a separate activation pass read
-// and wrote the whole conv output once more: with a kernel of this one's loads but a warp per 32 outputs of one row,
-// the sweep's 40 rows with tanh + pool after the conv (a plain variant's conv, then this) went 22% faster in
-// geometric mean, s08 (C=11 31x31 M=27 K=5) 2.80 -> 2.42 ms (results/bench-nvidia-h200-2026-11-29-sweep-pool-act.json
-// against -2026-11-28-sweep-step29-producer.json); on rows narrower than a warp most of its lanes idled (s01, 13x13
-// conv outputs pooled to 6x6: 0.443 -> 0.461 ms).
+// unused). Measured (`invoke bench --sweep`, H200, batch 10000, a plain variant's conv then this):
+// - against the generic kernel above (three 64-bit divisions per output) after a separate activation pass over the
+//   whole conv output, with a warp per 32 outputs of one row: the 40 rows with tanh + pool 22% faster in geometric
+//   mean, s08 (C=11 31x31 M=27 K=5) 2.80 -> 2.42 ms (results/bench-nvidia-h200-2026-11-29-sweep-pool-act.json
+//   against -2026-11-28-sweep-step29-producer.json);
+// - a thread per output against that warp per row, whose lanes past a narrow row idled: the same 40 rows 6% faster
+//   in geometric mean, s01 (6x6 pooled outputs) 0.461 -> 0.315 ms, s21 (7x7) 2.64 -> 2.25, s08 (13x13) 2.42 -> 2.21,
+//   the widest (47x47) 33.8 -> 32.7 (results/bench-nvidia-h200-2026-11-29-sweep-pool-flat.json against -sweep-pool-
+//   act.json).
 template <bool EVEN_W, bool ODD_H>
 __global__ void max_pool2_act_kernel(const float* __restrict__ x, float* __restrict__ y, uint32_t total,
                                      FastDiv by_wo, FastDiv by_ho, int W, Activation act) {
