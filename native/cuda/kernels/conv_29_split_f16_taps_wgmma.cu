@@ -81,6 +81,16 @@
 // 64, so that one team's wgmmas run while the other stages (the same probe): before the offsets' fix s08 2.35 -> 2.36,
 // and with one slab buffer a team 12-19% slower (s09 22.3 -> 26.2); after it within 3% either way of one team (s08 1.97
 // against 2.00, s11 20.4 against 19.9).
+// Where s08 stands (Nsight Compute, batch 2000, the profiler's locked clocks): the planes' split 54 us, this kernel
+// 431 us with its tensor pipe 53% active and issue slots 29% busy, against cuDNN FP32's FFT in 427 us (r2c 74, a
+// complex GEMM 218, c2r 134). Of the tensor work, 135 of 192 rows (3 groups of 9 filters x 5 taps in 64-row
+// warpgroups) and 11 of 16 channels are the layer's; the rest is padding. Putting the positions in the wgmma's M
+// and the pairs in its N (n = 136 for s08) would leave almost no padded rows.
+// Tried and dropped: the slab split from the float32 images by the producer warpgroup (loads into registers, split,
+// swizzled stores, an mbarrier arrival after a proxy fence), no planes. The producers' loads wait where cp.async
+// did not, and each slab re-reads its (K - 1) W halo rows: against this kernel with planes (the sweep's numbers,
+// results/bench-nvidia-h200-2026-11-29-sweep-pool-act.json; a probe launching the variant on device buffers, H200,
+// batch 10000, CUDA events, median of 5) s08 1.95 -> 2.50 ms, s03 7.78 -> 15.0, s07 21.0 -> 54.1.
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -657,6 +657,11 @@ bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
   // bench-e2e-nvidia-h200-2026-11-25-sp19-piece-scratch-sized.json, -sp19-copies-first.json: CUPTI slows the
   // host calls), the pinned pass 0.520 ms before, 0.514 after (the GPU's compute after the last copy is most of
   // what remains).
+  // Tried and dropped: the last piece's first conv reading its images in place from the pinned batch (mapped), with
+  // no copy, so that its compute would overlap its transfer (a probe of the sp19 pass, H200, host-timed calls in
+  // interleaved rounds, labels equal): 0.552 ms starting when the piece before has landed, 0.539 from the start,
+  // against 0.517 with the copy. Reading across PCIe the conv took 63 us for what the copy engine moves in 55, and
+  // the conv after it slowed beside it.
   if (pinned)
     for (size_t p = 0; p + 1 < ck.piece_at.size(); ++p) queue_copy(ck, p, src, nullptr);
   const cudaStream_t origin = pinned ? pass_stream_->get() : copy_stream_->get();
