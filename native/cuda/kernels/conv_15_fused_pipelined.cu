@@ -43,9 +43,9 @@
 #include <tuple>
 #include <utility>
 
-#include "cuda/kernels/fast_div.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
+#include "cuda/runtime/fast_div.cuh"
 #include "cuda/runtime/registry.cuh"
 
 namespace pyconv {

@@ -64,9 +64,9 @@
 #include <string>
 
 #include "cuda/kernels/fallback_steps.cuh"
-#include "cuda/kernels/fast_div.cuh"
 #include "cuda/kernels/first_layer.cuh"
 #include "cuda/runtime/cuda_check.cuh"
+#include "cuda/runtime/fast_div.cuh"
 #include "cuda/runtime/mbarrier.cuh"
 #include "cuda/runtime/registry.cuh"
 

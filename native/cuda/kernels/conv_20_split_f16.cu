@@ -97,9 +97,9 @@
 #include <string>
 #include <utility>
 
-#include "cuda/kernels/fast_div.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
+#include "cuda/runtime/fast_div.cuh"
 #include "cuda/runtime/mma_f16.cuh"
 #include "cuda/runtime/persistent.cuh"
 #include "cuda/runtime/registry.cuh"

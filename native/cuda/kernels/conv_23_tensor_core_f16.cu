@@ -46,11 +46,11 @@
 #include <string>
 #include <type_traits>
 
-#include "cuda/kernels/fast_div.cuh"
 #include "cuda/kernels/lean_tiles.cuh"
 #include "cuda/kernels/pixel_pair_store.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
+#include "cuda/runtime/fast_div.cuh"
 #include "cuda/runtime/mma_f16.cuh"
 #include "cuda/runtime/persistent.cuh"
 #include "cuda/runtime/registry.cuh"

@@ -69,9 +69,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/kernels/fast_div.cuh"
 #include "cuda/kernels/first_layer.cuh"
 #include "cuda/runtime/cuda_check.cuh"
+#include "cuda/runtime/fast_div.cuh"
 #include "cuda/runtime/mma_f16.cuh"
 #include "cuda/runtime/registry.cuh"
 

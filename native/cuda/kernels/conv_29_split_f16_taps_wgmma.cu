@@ -98,12 +98,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/kernels/fast_div.cuh"
 #include "cuda/kernels/igemm_tiles.cuh"
 #include "cuda/kernels/split_planes.cuh"
 #include "cuda/kernels/wgmma_slab.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
+#include "cuda/runtime/fast_div.cuh"
 #include "cuda/runtime/mbarrier.cuh"
 #include "cuda/runtime/mma_f16.cuh"
 #include "cuda/runtime/named_barrier.cuh"

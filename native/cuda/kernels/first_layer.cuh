@@ -15,9 +15,9 @@
 #include <tuple>
 #include <type_traits>
 
-#include "cuda/kernels/fast_div.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
+#include "cuda/runtime/fast_div.cuh"
 
 namespace pyconv {
 namespace first_layer {

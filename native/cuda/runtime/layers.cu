@@ -4,7 +4,7 @@
 
 #include "cuda/runtime/layers.cuh"
 
-#include "cuda/kernels/fast_div.cuh"
+#include "cuda/runtime/fast_div.cuh"
 
 namespace pyconv {
 namespace {
