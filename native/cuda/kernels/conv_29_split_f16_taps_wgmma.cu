@@ -82,8 +82,8 @@
 // and with one slab buffer a team 12-19% slower (s09 22.3 -> 26.2); after it within 3% either way of one team (s08 1.97
 // against 2.00, s11 20.4 against 19.9).
 // Where s08 stands (Nsight Compute, batch 2000, the profiler's locked clocks): the planes' split 54 us, this kernel
-// 431 us with its tensor pipe 53% active and issue slots 29% busy, against cuDNN FP32's FFT in 427 us (r2c 74, a
-// complex GEMM 218, c2r 134). Of the tensor work, 135 of 192 rows (3 groups of 9 filters x 5 taps in 64-row
+// 431 us with its tensor pipe 53% active and issue slots 29% busy, against cuDNN FP32's FFT in 429 us (a filter flip
+// 3, r2c 74, a complex GEMM 218, c2r 134). Of the tensor work, 135 of 192 rows (3 groups of 9 filters x 5 taps in 64-row
 // warpgroups) and 11 of 16 channels are the layer's; the rest is padding. Putting the positions in the wgmma's M
 // and the pairs in its N (n = 136 for s08) would leave almost no padded rows.
 // Tried and dropped: the slab split from the float32 images by the producer warpgroup (loads into registers, split,
