@@ -2,9 +2,9 @@
 two warpgroups a tile, and the (filter, tap column) pairs as its N, padded to a multiple of 8 from 16 to 136
 (every N built: R = 7 to 136 and the sweep's rows), more than 136 pairs in filter groups over the same slab (the
 group count chosen by its cost among those that fit shared memory: the sweep's s00, refused by step 29, runs in 4
-groups, and one slab buffer costs more than two), K = 1 to 7, tiles that start at each image's first row or run on across images, channel counts that pad to
-16 or to several bands of 32, one or two slab buffers, persistent blocks over many tiles, and a batch cut into chunks
-of planes. The FP16-range contract: an input beyond 65504 reaches its outputs as inf or NaN, never as a wrong finite
+groups), K = 1 to 7, tiles that start at each image's first row or run on across images, channel counts that pad
+to 16 or to several bands of 32, one or two slab buffers, persistent blocks over many tiles, and a batch cut into
+chunks of planes. The FP16-range contract: an input beyond 65504 reaches its outputs as inf or NaN, never as a wrong finite
 number."""
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ SHAPES = [
     (2, 29, 87, 87, 5, 7),     # s07: 650 slab rows of 128 bytes
     (3, 24, 46, 46, 64, 7),    # s35: 448 pairs
     (2, 30, 81, 81, 46, 7),    # s00: 322 pairs, 3 groups would not fit beside its 614-row slab: 4 groups
-    (2, 26, 61, 61, 26, 7),    # s13: 3 groups of 9 filters with two slab buffers, not 2 of 13 with one
+    (2, 26, 61, 61, 26, 7),    # s13: 2 groups of 13 filters (N = 96) with one slab buffer
     (40, 26, 70, 70, 9, 7),    # 1440 tiles over the blocks
     # each slab buffer's mbarrier through many phases (a block's tiles over two buffers), groups between its uses
     (300, 26, 32, 32, 8, 3),   # the sweep's s16 at batch 300: 2100 tiles

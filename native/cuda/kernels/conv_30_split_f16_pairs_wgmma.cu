@@ -290,11 +290,9 @@ std::string plan(const ConvShape& s, Params& p) {
   // Mg, one after another over each tile's slab. Of the groupings whose weights, slab and staging area fit shared
   // memory, the one whose wgmmas cost the fewest cycles, the fewest groups among equals. Per wgmma (64 x N x 16):
   // the larger of its tensor work, N / 2 cycles at 2048 products a cycle, and its reading of A (2 KB) and B (32 N
-  // bytes) from shared memory at 128 bytes a cycle, 16 + N / 4; a quarter more where only one slab buffer fits, as
-  // the copies then wait for the wgmmas (s13, C=26 61x61 M=26 K=7: 2 groups of N = 96 with one buffer 20.4 ms, step
-  // 29's 3 groups with two 18.9; results/bench-nvidia-h200-2026-11-29-sweep-step30.json).
+  // bytes) from shared memory at 128 bytes a cycle, 16 + N / 4.
   struct Layout {
-    int64_t g, mg, n, R, pieces, wts, stage, room, nbuf;
+    int64_t g, mg, n, R, pieces, wts, stage, room;
   };
   const auto layout = [&](int64_t g) {
     Layout l{g, (s.M + g - 1) / g};
@@ -304,7 +302,6 @@ std::string plan(const ConvShape& s, Params& p) {
     l.wts = (16 * l.pieces + 1023) / 1024 * 1024;
     l.stage = l.R * STAGE_STRIDE * 4;
     l.room = int64_t(kSmemLimit) - kFixedBytes - l.stage;  // for the weights and the slabs
-    l.nbuf = l.wts + 2 * slab <= l.room ? 2 : 1;
     return l;
   };
   Layout best{}, least{};  // the cheapest that fits; the one needing the least shared memory
@@ -313,7 +310,7 @@ std::string plan(const ConvShape& s, Params& p) {
     const Layout l = layout(g);
     if (l.n > N_MAX || (g - 1) * l.mg >= s.M) continue;
     if (!least.g || l.wts + l.stage < least.wts + least.stage) least = l;
-    const int64_t cost = g * std::max(l.n / 2, 16 + l.n / 4) * (l.nbuf == 2 ? 4 : 5);
+    const int64_t cost = g * std::max(l.n / 2, 16 + l.n / 4);
     if (l.wts + slab <= l.room && (!best.g || cost < cost_best)) best = l, cost_best = cost;
   }
   if (!best.g)
@@ -323,7 +320,8 @@ std::string plan(const ConvShape& s, Params& p) {
            std::to_string(kSmemLimit / 1024) + " KB of shared memory (" + std::to_string(least.g) + " groups of " + std::to_string(least.mg) +
            " filters)";
   const int64_t G = best.g, Mg = best.mg, N = best.n, R = best.R, pieces = best.pieces, wts = best.wts;
-  const int64_t stage = best.stage, room = best.room, nbuf = best.nbuf;
+  const int64_t stage = best.stage, room = best.room;
+  const int64_t nbuf = wts + 2 * slab <= room ? 2 : 1;
   const int64_t gl_max = std::max<int64_t>(1, std::min(G, (room - nbuf * slab) / wts));
   p.H = int(s.H); p.W = int(s.W); p.Cp = int(Cp);
   p.Ho = int(Ho); p.Wo = int(Wo); p.P = int(Ho * Wo); p.Mtot = int(s.M);
