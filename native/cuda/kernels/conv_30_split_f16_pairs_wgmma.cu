@@ -197,7 +197,11 @@ __global__ void __launch_bounds__(THREADS, 1)
     // and + 8 of them, pairs 8j + c2 + e (j < N / 8, e < 2).
     const int wg = warp_id >> 2, warp = warp_id & 3, lane = tid & 31;
     const int g8 = lane >> 2, c2 = 2 * (lane & 3), pos = 64 * wg + 16 * warp + g8;
-    float hi[N / 2], lo[N / 2];  // X.hi W.hi; X.hi W.lo + X.lo W.hi
+    // hi (X.hi W.hi) and lo (X.hi W.lo + X.lo W.hi) side by side: the wgmma of 2N columns over the weights' hi
+    // and lo tiles (consecutive rows) leaves them in a fragment's first and last N / 2 registers.
+    float acc[N];
+    float(&hi)[N / 2] = *reinterpret_cast<float(*)[N / 2]>(acc);
+    float(&lo)[N / 2] = *reinterpret_cast<float(*)[N / 2]>(acc + N / 2);
     const uint32_t w_tile = uint32_t(N * rb), row_step = uint32_t(p.W * ra);
     for (long long i = 0, t = t0; t < p.tiles; ++i, t += t_step) {
       const int buf = int(i) & (p.nbuf - 1);
@@ -220,8 +224,12 @@ __global__ void __launch_bounds__(THREADS, 1)
               const int accumulate = band | ks | kh;
               const uint64_t b_hi = wgmma::advance(w_bk, uint32_t(kh * p.bands * 2) * w_tile);
               const uint64_t x = wgmma::advance(x_bk, kh * row_step);
-              wgmma::mma_f16<N>(hi, x, b_hi, accumulate);
-              wgmma::mma_f16<N>(lo, x, wgmma::advance(b_hi, w_tile), accumulate);
+              if constexpr (2 * N <= 256) {
+                wgmma::mma_f16<2 * N>(acc, x, b_hi, accumulate);  // X.hi times W.hi and W.lo: A read once
+              } else {
+                wgmma::mma_f16<N>(hi, x, b_hi, accumulate);
+                wgmma::mma_f16<N>(lo, x, wgmma::advance(b_hi, w_tile), accumulate);
+              }
               wgmma::mma_f16<N>(lo, wgmma::advance(x, ra / 2), b_hi, 1);
             }
           }
@@ -288,9 +296,10 @@ std::string plan(const ConvShape& s, Params& p) {
   const int64_t band_bytes = (rows * 4 * ch + 1023) / 1024 * 1024, slab = bands * band_bytes;
   // Filter groups: at most N_MAX pairs fit the accumulators, so a layer with more runs its filters in G groups of
   // Mg, one after another over each tile's slab. Of the groupings whose weights, slab and staging area fit shared
-  // memory, the one whose wgmmas cost the fewest cycles, the fewest groups among equals. Per wgmma (64 x N x 16):
-  // the larger of its tensor work, N / 2 cycles at 2048 products a cycle, and its reading of A (2 KB) and B (32 N
-  // bytes) from shared memory at 128 bytes a cycle, 16 + N / 4.
+  // memory, the one whose wgmmas cost the fewest cycles, the fewest groups among equals. Per kh, band and k16 step:
+  // the larger of the tensor work, 3 N / 2 cycles at 2048 products a cycle, and the reading of the operands from
+  // shared memory at 128 bytes a cycle: A (2 KB) twice where N <= 128 (one wgmma of 2N columns for hi and lo), else
+  // three times, and B (32 N bytes) three times, 32 or 48 + 3 N / 4.
   struct Layout {
     int64_t g, mg, n, R, pieces, wts, stage, room;
   };
@@ -310,7 +319,7 @@ std::string plan(const ConvShape& s, Params& p) {
     const Layout l = layout(g);
     if (l.n > N_MAX || (g - 1) * l.mg >= s.M) continue;
     if (!least.g || l.wts + l.stage < least.wts + least.stage) least = l;
-    const int64_t cost = g * std::max(l.n / 2, 16 + l.n / 4);
+    const int64_t cost = g * std::max(3 * l.n / 2, (2 * l.n <= 256 ? 32 : 48) + 3 * l.n / 4);
     if (l.wts + slab <= l.room && (!best.g || cost < cost_best)) best = l, cost_best = cost;
   }
   if (!best.g)
