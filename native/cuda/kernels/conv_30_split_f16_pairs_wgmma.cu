@@ -10,7 +10,7 @@
 //   consumer warpgroup multiplies them by all N pairs of a group (its B operand, the weights): N = R rounded up to 8,
 //   at most N_MAX. hi and lo accumulators of N / 2 floats a thread, three wgmmas per kh, band and k16 step as in
 //   step 29. The groups: the count whose wgmmas cost the fewest cycles by the model in plan() (pairs padded to 8, a
-//   narrow wgmma bound by reading its 64-row A from shared memory).
+//   narrow wgmma charged for reading its 64-row A from shared memory), among those that fit shared memory.
 // - The staging area keeps step 29's layout (a row of positions per pair), so the producers' epilogue is unchanged;
 //   a thread's accumulators are a pair column each, stored one float at a time, with rows TILE + 4 floats apart so
 //   that a warp's 32 stores (8 positions x 4 pairs) fall in distinct banks.
@@ -18,6 +18,24 @@
 //   (wgmma_probe.cuh).
 // - Range: as steps 19-29, a value beyond the FP16 range (|v| > 65504) becomes inf, and the outputs it reaches inf
 //   or NaN, never a quietly wrong number.
+// Measured (results/bench-nvidia-h200-2026-11-29-sweep-step30.json, `invoke bench --sweep`, H200, batch 10000; ms,
+// step 29 -> this step; cuDNN FP32): the best float32 variant on 62 of the 80 rows; against step 29 faster on 72 of
+// the 78 rows both run (geometric mean of the times 0.91x): s08 1.94 -> 1.53 (1.66: 1.09x, was the sweep's worst row
+// at 0.87x), s37 2.03 -> 1.79 (2.19), s16 1.45 -> 1.19, s38 3.37 -> 2.41, s07 20.9 -> 14.2 (two slab buffers fit
+// beside 40 pairs' weights); s00 (C=30 81x81 M=46 K=7, refused by step 29) 68.9 (step 26 88.8 in the last sweep;
+// 459). Slower on 6, by at most 8% (s13, C=26 61x61 M=26 K=7, 18.9 -> 20.4; s17 1.67 -> 1.69), where the padding
+// step 29 multiplies is small (s17: 125 pairs in 128 rows); `final` times both per shape. The sweep's geometric mean
+// over the 80 rows 2.75x -> 2.99x cuDNN FP32, its worst row s20 (C=3 47x47 M=32 K=3, step 21) at 1.03x.
+// Nsight Compute (batch 2000, the profiler's locked clocks): s08, this kernel 332 us (step 29 431) beside the planes'
+// split 55 (cuDNN FP32's FFT 429 in all), issue slots 38% busy, one block of 12 warps per SM; s13, two launches of
+// 637 us (one slab buffer) against step 29's three of 383, issue slots 25% against 27% busy.
+// Tried and dropped (each a full `invoke bench --sweep` or a probe on the H200, batch 10000):
+// - one slab buffer charged a quarter more in the grouping's model, so that s13 took 3 groups of N = 64 with two
+//   buffers: 21.0 ms against 20.4-20.6 (a probe, median of 5).
+// - hi and lo from one wgmma of 2N columns (the weights' hi and lo tiles are consecutive rows) where N <= 128, the
+//   slab's 64 rows read twice per kh, band and k16 step instead of three times: over the sweep's 80 rows the times
+//   0.5% slower in geometric mean (0.97x to 1.05x a row), the sweep's geometric mean 2.98x: reading A is not what
+//   limits it.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -197,11 +215,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     // and + 8 of them, pairs 8j + c2 + e (j < N / 8, e < 2).
     const int wg = warp_id >> 2, warp = warp_id & 3, lane = tid & 31;
     const int g8 = lane >> 2, c2 = 2 * (lane & 3), pos = 64 * wg + 16 * warp + g8;
-    // hi (X.hi W.hi) and lo (X.hi W.lo + X.lo W.hi) side by side: the wgmma of 2N columns over the weights' hi
-    // and lo tiles (consecutive rows) leaves them in a fragment's first and last N / 2 registers.
-    float acc[N];
-    float(&hi)[N / 2] = *reinterpret_cast<float(*)[N / 2]>(acc);
-    float(&lo)[N / 2] = *reinterpret_cast<float(*)[N / 2]>(acc + N / 2);
+    float hi[N / 2], lo[N / 2];  // X.hi W.hi; X.hi W.lo + X.lo W.hi
     const uint32_t w_tile = uint32_t(N * rb), row_step = uint32_t(p.W * ra);
     for (long long i = 0, t = t0; t < p.tiles; ++i, t += t_step) {
       const int buf = int(i) & (p.nbuf - 1);
@@ -224,12 +238,8 @@ __global__ void __launch_bounds__(THREADS, 1)
               const int accumulate = band | ks | kh;
               const uint64_t b_hi = wgmma::advance(w_bk, uint32_t(kh * p.bands * 2) * w_tile);
               const uint64_t x = wgmma::advance(x_bk, kh * row_step);
-              if constexpr (2 * N <= 256) {
-                wgmma::mma_f16<2 * N>(acc, x, b_hi, accumulate);  // X.hi times W.hi and W.lo: A read once
-              } else {
-                wgmma::mma_f16<N>(hi, x, b_hi, accumulate);
-                wgmma::mma_f16<N>(lo, x, wgmma::advance(b_hi, w_tile), accumulate);
-              }
+              wgmma::mma_f16<N>(hi, x, b_hi, accumulate);
+              wgmma::mma_f16<N>(lo, x, wgmma::advance(b_hi, w_tile), accumulate);
               wgmma::mma_f16<N>(lo, wgmma::advance(x, ra / 2), b_hi, 1);
             }
           }
@@ -296,10 +306,9 @@ std::string plan(const ConvShape& s, Params& p) {
   const int64_t band_bytes = (rows * 4 * ch + 1023) / 1024 * 1024, slab = bands * band_bytes;
   // Filter groups: at most N_MAX pairs fit the accumulators, so a layer with more runs its filters in G groups of
   // Mg, one after another over each tile's slab. Of the groupings whose weights, slab and staging area fit shared
-  // memory, the one whose wgmmas cost the fewest cycles, the fewest groups among equals. Per kh, band and k16 step:
-  // the larger of the tensor work, 3 N / 2 cycles at 2048 products a cycle, and the reading of the operands from
-  // shared memory at 128 bytes a cycle: A (2 KB) twice where N <= 128 (one wgmma of 2N columns for hi and lo), else
-  // three times, and B (32 N bytes) three times, 32 or 48 + 3 N / 4.
+  // memory, the one whose wgmmas cost the fewest cycles, the fewest groups among equals. Per wgmma (64 x N x 16):
+  // the larger of its tensor work, N / 2 cycles at 2048 products a cycle, and its reading of A (2 KB) and B (32 N
+  // bytes) from shared memory at 128 bytes a cycle, 16 + N / 4.
   struct Layout {
     int64_t g, mg, n, R, pieces, wts, stage, room;
   };
@@ -319,7 +328,7 @@ std::string plan(const ConvShape& s, Params& p) {
     const Layout l = layout(g);
     if (l.n > N_MAX || (g - 1) * l.mg >= s.M) continue;
     if (!least.g || l.wts + l.stage < least.wts + least.stage) least = l;
-    const int64_t cost = g * std::max(3 * l.n / 2, (2 * l.n <= 256 ? 32 : 48) + 3 * l.n / 4);
+    const int64_t cost = g * std::max(l.n / 2, 16 + l.n / 4);
     if (l.wts + slab <= l.room && (!best.g || cost < cost_best)) best = l, cost_best = cost;
   }
   if (!best.g)
