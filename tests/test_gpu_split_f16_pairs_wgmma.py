@@ -52,7 +52,7 @@ SHAPES = [
     (2, 15, 24, 24, 38, 7),    # 266 pairs: 2 groups of 19 filters
     (2, 8, 16, 16, 50, 3),     # 150 pairs: 2 groups of 25 filters
     (3, 6, 10, 10, 64, 7),     # 448 pairs (the sweep's largest M x K): 4 groups of 16 filters
-    (3, 32, 12, 12, 40, 7),    # 280 pairs in 3 groups of 14 filters, 91 KB of weights each: launches of 2 and 1
+    (3, 32, 12, 12, 40, 7),    # 280 pairs in 4 groups of 10 filters, 63 KB of weights each: launches of 2 groups
     (300, 26, 26, 26, 25, 5),  # the sweep's s17 at batch 300: 1800 tiles over the persistent blocks
     (1, 40, 12, 12, 10, 3),    # C = 40 pads to 64: two bands
     (2, 50, 9, 9, 12, 3),      # C = 50 pads to 64: two bands
@@ -64,12 +64,12 @@ SHAPES = [
     (25, 96, 200, 200, 4, 1),  # 15 MB per image, K = 1: the batch in two chunks
     (2, 2, 40, 3, 5, 3),       # Wo = 1: a third of the flat grid is stored
     (60, 11, 31, 31, 27, 5),   # s08 at batch 60: persistent blocks over many tiles
-    # one slab buffer where two do not fit; groups chosen by what fits
-    (2, 29, 87, 87, 5, 7),     # s07: 650 slab rows of 128 bytes
-    (3, 24, 46, 46, 64, 7),    # s35: 448 pairs
+    # wide slabs: one buffer where two do not fit; groups chosen by what fits
+    (2, 29, 87, 87, 5, 7),     # s07: 650 slab rows of 128 bytes, two buffers beside 35 pairs' weights
+    (3, 24, 46, 46, 64, 7),    # s35: 448 pairs, 4 groups of 16 filters, one buffer, a launch each
     (2, 30, 81, 81, 46, 7),    # s00: 322 pairs, 3 groups would not fit beside its 614-row slab: 4 groups
     (2, 26, 61, 61, 26, 7),    # s13: 2 groups of 13 filters (N = 96) with one slab buffer
-    (40, 26, 70, 70, 9, 7),    # 1440 tiles over the blocks
+    (40, 26, 70, 70, 9, 7),    # one buffer, 1440 tiles over the blocks
     # each slab buffer's mbarrier through many phases (a block's tiles over two buffers), groups between its uses
     (300, 26, 32, 32, 8, 3),   # the sweep's s16 at batch 300: 2100 tiles
     (37, 8, 16, 16, 50, 3),    # 2 groups over many tiles
