@@ -3,7 +3,8 @@ two warpgroups a tile, and the (filter, tap column) pairs as its N, padded to a 
 (every N built: R = 7 to 136 and the sweep's rows), more than 136 pairs in filter groups over the same slab (the
 group count chosen by its cost among those that fit shared memory: the sweep's s00, refused by step 29, runs in 4
 groups), K = 1 to 7, tiles that start at each image's first row or run on across images, channel counts that pad
-to 16 or to several bands of 32, one or two slab buffers, persistent blocks over many tiles, and a batch cut into
+to 8 (two wgmmas a tap row: the slab's [x hi | x lo] rows against [w hi | 0] and [w lo | w hi]), to 16 or to
+several bands of 32, one or two slab buffers, persistent blocks over many tiles, and a batch cut into
 chunks of planes. The FP16-range contract: an input beyond 65504 reaches its outputs as inf or NaN, never as a wrong finite
 number."""
 
@@ -41,10 +42,14 @@ SHAPES = [
     (2, 5, 11, 11, 27, 3),     # R = 81: N = 88
     (2, 32, 20, 20, 32, 3),    # R = 96: N = 96, two k16 steps per kh
     (2, 29, 29, 29, 19, 5),    # the sweep's s37 at batch 2: R = 95, N = 96
+    (2, 3, 47, 47, 32, 3),     # the sweep's s20 at batch 2: R = 96, C = 3 in a band of 8
+    (2, 7, 29, 29, 19, 3),     # the sweep's s18 at batch 2: R = 57, N = 64, C = 7
+    (2, 8, 20, 20, 17, 7),     # R = 119: N = 120, C = 8 fills a band of 8, K = 7
+    (2, 4, 94, 94, 32, 5),     # the sweep's s11 at batch 2: 160 pairs, 2 groups of 16 filters, C = 4
     (2, 6, 13, 13, 34, 3),     # R = 102: N = 104
     (2, 6, 13, 13, 35, 3),     # R = 105: N = 112
     (2, 6, 13, 13, 39, 3),     # R = 117: N = 120
-    (3, 9, 31, 31, 25, 5),     # R = 125: N = 128, C = 9 pads to 16
+    (3, 9, 31, 31, 25, 5),     # R = 125: N = 128, C = 9 pads to 16 (the fewest channels a band of 16 takes)
     (2, 15, 24, 24, 18, 7),    # R = 126: N = 128, K = 7
     (2, 5, 12, 12, 128, 1),    # R = 128: N = 128
     (2, 11, 31, 31, 27, 5),    # the sweep's s08 at batch 2: R = 135, N = 136, one group

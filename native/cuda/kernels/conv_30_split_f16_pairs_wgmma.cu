@@ -79,7 +79,7 @@ struct Params {
   int g0, gl;           // this launch's first group and its number of groups
   int R;                // Mg * K (filter, tap column) pairs
   int N;                // R padded to a multiple of 8 (at least 16): the wgmma's N
-  int ch;               // channels per band: 16 (C <= 16) or 32
+  int ch;               // channels per band: 8 (C <= 8), 16 (C <= 16) or 32
   int bands;            // Cp / ch
   int per_image;        // 1: tiles start at each image's first position; 0: tiles run on across images
   int tiles_per_image;  // ceil(Ho * W / (TILE - K + 1)) when per_image
@@ -87,7 +87,7 @@ struct Params {
   int band_bytes;       // one band of a slab: slab_rows rows of 4 ch bytes (hi, lo), rounded up to 1024
   int slab_bytes;       // one slab buffer: bands * band_bytes
   int nbuf;             // slab buffers: 2, or 1 where two do not fit beside the weights and the staging area
-  int w_pieces;         // a group's weights in 16-byte pieces: K * bands * 2 (hi, lo) tiles of N rows of 2 ch bytes
+  int w_pieces;         // a group's weights in 16-byte pieces: K * bands * 2 tiles of N rows of 32 (ch 8 or 16) or 64 bytes
   int w_bytes;          // 16 w_pieces rounded up to 1024 (the slab after the weights keeps the swizzle's origin)
   int stage_bytes;      // R rows of STAGE_STRIDE floats
   long long pixels;     // this launch's images' pixels: images * H * W (below 2^31: a chunk of planes)
@@ -100,24 +100,31 @@ size_t smem_bytes(const Params& p) {
          size_t(p.stage_bytes);
 }
 
-// k[m][c][kh][kw] -> w[kh][band][hi, lo][N rows: pairs r = f K + kw][ch halves], zero past C and R, swizzled as
-// wgmma reads its B operand (wgmma_f16.cuh). One thread per 16 bytes.
+// Bytes of a row of the weights' tiles (wgmma's B: 16 halves deep, or 32 for bands of 32 channels).
+__host__ __device__ constexpr int weight_row_bytes(int ch) { return ch == 32 ? 64 : 32; }
+
+// k[m][c][kh][kw] -> w[kh][band][tile 0, 1][N rows: pairs r = f K + kw][16 or 32 halves], zero past C and R,
+// swizzled as wgmma reads its B operand (wgmma_f16.cuh). Tiles 0 and 1 hold a band's hi and lo halves; for bands of
+// 8 channels, whose slab rows are [x hi | x lo], [w hi | 0] and [w lo | w hi] (see the kernel). One thread per 16
+// bytes.
 __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w, int M, int C, int K, int ch,
                               int bands, int N, int pieces) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= pieces) return;
-  const int per_row = ch / 8, q = i % per_row, row_i = i / per_row, tile = row_i / N;
+  const int rb = weight_row_bytes(ch), per_row = rb / 16, q = i % per_row, row_i = i / per_row, tile = row_i / N;
   const int part = tile % 2, band = (tile / 2) % bands, kh = tile / 2 / bands;
   const int r = row_i % N, f = r / K, kw = r % K;
   float v[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const int c = band * ch + 8 * q + j;
+    const int c = band * ch + (ch == 8 ? 0 : 8 * q) + j;
     v[j] = (f < M && c < C) ? k[(((long long)f * C + c) * K + kh) * K + kw] : 0.0f;
   }
   uint4 hi, lo;
   planes::split8(v, hi, lo);
-  w[wgmma::swizzle(uint32_t(16 * i), 2 * ch) / 16] = part == 0 ? hi : lo;
+  const uint4 piece = ch != 8 ? (part == 0 ? hi : lo) : part == 0 ? (q == 0 ? hi : make_uint4(0, 0, 0, 0))
+                                                                  : (q == 0 ? lo : hi);
+  w[wgmma::swizzle(uint32_t(16 * i), rb) / 16] = piece;
 }
 
 // As step 29: slab buffer b empty, the staging area full / empty (named_barrier.cuh); a slab buffer announced full
@@ -131,8 +138,8 @@ __global__ void __launch_bounds__(THREADS, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(TILE <= PRODUCERS, "a producer thread stores one position of a tile");
   constexpr int TOUT = TILE - (K - 1);  // outputs a tile stores
-  constexpr int ch = 16 * KS;           // channels per band
-  constexpr int ra = 4 * ch, rb = 2 * ch;  // row bytes of the slab and of the weights
+  constexpr int ch = KS == 0 ? 8 : 16 * KS;                // channels per band
+  constexpr int ra = 4 * ch, rb = weight_row_bytes(ch);  // row bytes of the slab and of the weights
   extern __shared__ float4 smem4[];
   const uint32_t base = smem_addr(smem4), w_s = (base + 1023u) & ~1023u;
   const uint32_t slab0 = w_s + uint32_t(p.gl_max * p.w_bytes);
@@ -230,7 +237,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll 1
         for (int band = 0; band < p.bands; ++band) {
 #pragma unroll
-          for (int ks = 0; ks < KS; ++ks) {
+          for (int ks = 0; ks < (KS > 0 ? KS : 1); ++ks) {
             const uint64_t x_bk = wgmma::advance(x_t, uint32_t(band * p.band_bytes + 32 * ks));
             const uint64_t w_bk = wgmma::advance(w_g, uint32_t(band * 2) * w_tile + uint32_t(32 * ks));
 #pragma unroll
@@ -238,9 +245,16 @@ __global__ void __launch_bounds__(THREADS, 1)
               const int accumulate = band | ks | kh;
               const uint64_t b_hi = wgmma::advance(w_bk, uint32_t(kh * p.bands * 2) * w_tile);
               const uint64_t x = wgmma::advance(x_bk, kh * row_step);
-              wgmma::mma_f16<N>(hi, x, b_hi, accumulate);
-              wgmma::mma_f16<N>(lo, x, wgmma::advance(b_hi, w_tile), accumulate);
-              wgmma::mma_f16<N>(lo, wgmma::advance(x, ra / 2), b_hi, 1);
+              if constexpr (KS == 0) {
+                // Bands of 8 channels: a slab row [x hi | x lo] is one k16 step, so two wgmmas, not three, at
+                // full depth: against [w hi | 0] the hi product, against [w lo | w hi] both corrections.
+                wgmma::mma_f16<N>(hi, x, b_hi, accumulate);
+                wgmma::mma_f16<N>(lo, x, wgmma::advance(b_hi, w_tile), accumulate);
+              } else {
+                wgmma::mma_f16<N>(hi, x, b_hi, accumulate);
+                wgmma::mma_f16<N>(lo, x, wgmma::advance(b_hi, w_tile), accumulate);
+                wgmma::mma_f16<N>(lo, wgmma::advance(x, ra / 2), b_hi, 1);
+              }
             }
           }
         }
@@ -270,7 +284,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 
 using Kernel = void (*)(const __half*, const __half*, const uint4*, float*, const Params);
 
-// The kernel of N = 16 .. N_MAX pairs (a multiple of 8) for K and bands of 16 or 32 channels.
+// The kernel of N = 16 .. N_MAX pairs (a multiple of 8) for K and bands of 8, 16 or 32 channels (KS 0, 1, 2).
 template <int K, int KS, int... Ns>
 Kernel pick_n(int N, std::integer_sequence<int, Ns...>) {
   static const Kernel kernels[] = {conv30_kernel<8 * (Ns + 2), K, KS>...};
@@ -287,7 +301,9 @@ Kernel pick_ks(int N, int64_t K) {
     default: return nullptr;
   }
 }
-Kernel pick(int N, int64_t K, int ch) { return ch == 16 ? pick_ks<1>(N, K) : pick_ks<2>(N, K); }
+Kernel pick(int N, int64_t K, int ch) {
+  return ch == 8 ? pick_ks<0>(N, K) : ch == 16 ? pick_ks<1>(N, K) : pick_ks<2>(N, K);
+}
 
 constexpr const char* kName = "gpu-split-f16-pairs-wgmma";
 
@@ -298,7 +314,8 @@ int64_t padded(int64_t mg, int64_t K) { return std::max<int64_t>(16, (mg * K + 7
 std::string plan(const ConvShape& s, Params& p) {
   if (s.K != 1 && s.K != 3 && s.K != 5 && s.K != 7)
     return std::string(kName) + ": K = " + std::to_string(s.K) + "; its kernels are built for K = 1, 3, 5 and 7";
-  const int64_t ch = s.C <= 16 ? 16 : 32, Cp = (s.C + ch - 1) / ch * ch, Ho = s.Ho(), Wo = s.Wo();
+  // Bands of 8 channels where C <= 8: half the planes' bytes and two wgmmas a tap row, not three (the kernel).
+  const int64_t ch = s.C <= 8 ? 8 : s.C <= 16 ? 16 : 32, Cp = (s.C + ch - 1) / ch * ch, Ho = s.Ho(), Wo = s.Wo();
   if (s.H * s.W * Cp > (int64_t(1) << 30))
     return std::string(kName) + ": an image of " + std::to_string(s.H * s.W * Cp) +
            " padded values exceeds its 32-bit offsets";
@@ -316,7 +333,7 @@ std::string plan(const ConvShape& s, Params& p) {
     Layout l{g, (s.M + g - 1) / g};
     l.n = padded(l.mg, s.K);
     l.R = l.mg * s.K;
-    l.pieces = s.K * bands * 2 * l.n * (2 * ch) / 16;
+    l.pieces = s.K * bands * 2 * l.n * weight_row_bytes(int(ch)) / 16;
     l.wts = (16 * l.pieces + 1023) / 1024 * 1024;
     l.stage = l.R * STAGE_STRIDE * 4;
     l.room = int64_t(kSmemLimit) - kFixedBytes - l.stage;  // for the weights and the slabs
