@@ -3,8 +3,9 @@ two warpgroups a tile, and the (filter, tap column) pairs as its N, padded to a 
 (every N built: R = 7 to 136 and the sweep's rows), more than 136 pairs in filter groups over the same slab (the
 group count chosen by its cost among those that fit shared memory: the sweep's s00, refused by step 29, runs in 4
 groups), K = 1 to 7, tiles that start at each image's first row or run on across images, channel counts that pad
-to 8 (two wgmmas a tap row: the slab's [x hi | x lo] rows against [w hi | 0] and [w lo | w hi]), to 16 or to
-several bands of 32, one or two slab buffers, persistent blocks over many tiles, and a batch cut into
+to 8 (two wgmmas a tap row: the slab's [x hi | x lo] rows against [w hi | 0] and [w lo | w hi]; where C <= 4,
+8 / C image rows stacked in a pixel's 8 channels, so K taps take ceil(K / rows) steps), to 16 or to several bands
+of 32, one or two slab buffers, persistent blocks over many tiles, and a batch cut into
 chunks of planes. The FP16-range contract: an input beyond 65504 reaches its outputs as inf or NaN, never as a wrong finite
 number."""
 
@@ -45,7 +46,14 @@ SHAPES = [
     (2, 3, 47, 47, 32, 3),     # the sweep's s20 at batch 2: R = 96, C = 3 in a band of 8
     (2, 7, 29, 29, 19, 3),     # the sweep's s18 at batch 2: R = 57, N = 64, C = 7
     (2, 8, 20, 20, 17, 7),     # R = 119: N = 120, C = 8 fills a band of 8, K = 7
-    (2, 4, 94, 94, 32, 5),     # the sweep's s11 at batch 2: 160 pairs, 2 groups of 16 filters, C = 4
+    (2, 4, 94, 94, 32, 5),     # the sweep's s11 at batch 2: 160 pairs, 2 groups of 16 filters, C = 4: 3 steps
+    # image rows stacked where C <= 4: K taps in ceil(K / rows) steps of rows = min(K, 8 / C)
+    (2, 3, 69, 69, 19, 3),     # the sweep's s15 at batch 2: C = 3, 2 rows a step: 2 steps
+    (2, 4, 20, 20, 9, 7),      # C = 4, K = 7: 4 steps, the last half past the taps
+    (3, 2, 15, 17, 11, 7),     # C = 2, K = 7: 4 rows a step, 2 steps
+    (2, 2, 46, 46, 16, 5),     # the sweep's s36 at batch 2: C = 2, K = 5: 2 steps
+    (2, 1, 12, 12, 8, 5),      # C = 1, K = 5: one step of 5 rows
+    (4, 3, 5, 6, 4, 5),        # C = 3, K = 5 = H: 3 steps, the stacked rows past the image's last zero
     (2, 6, 13, 13, 34, 3),     # R = 102: N = 104
     (2, 6, 13, 13, 35, 3),     # R = 105: N = 112
     (2, 6, 13, 13, 39, 3),     # R = 117: N = 120

@@ -80,14 +80,16 @@ struct Params {
   int R;                // Mg * K (filter, tap column) pairs
   int N;                // R padded to a multiple of 8 (at least 16): the wgmma's N
   int ch;               // channels per band: 8 (C <= 8), 16 (C <= 16) or 32
+  int rows;             // image rows stacked in a pixel of the planes: 8 / C capped at K where C <= 4, else 1
+  int steps;            // tap-row steps: ceil(K / rows), each `rows` image rows (slab rows rows * W) on
   int bands;            // Cp / ch
   int per_image;        // 1: tiles start at each image's first position; 0: tiles run on across images
   int tiles_per_image;  // ceil(Ho * W / (TILE - K + 1)) when per_image
-  int slab_rows;        // TILE + (K - 1) * W
+  int slab_rows;        // TILE + (steps - 1) * rows * W
   int band_bytes;       // one band of a slab: slab_rows rows of 4 ch bytes (hi, lo), rounded up to 1024
   int slab_bytes;       // one slab buffer: bands * band_bytes
   int nbuf;             // slab buffers: 2, or 1 where two do not fit beside the weights and the staging area
-  int w_pieces;         // a group's weights in 16-byte pieces: K * bands * 2 tiles of N rows of 32 (ch 8 or 16) or 64 bytes
+  int w_pieces;         // a group's weights in 16-byte pieces: steps * bands * 2 tiles of N rows of 32 or 64 bytes
   int w_bytes;          // 16 w_pieces rounded up to 1024 (the slab after the weights keeps the swizzle's origin)
   int stage_bytes;      // R rows of STAGE_STRIDE floats
   long long pixels;     // this launch's images' pixels: images * H * W (below 2^31: a chunk of planes)
@@ -103,22 +105,23 @@ size_t smem_bytes(const Params& p) {
 // Bytes of a row of the weights' tiles (wgmma's B: 16 halves deep, or 32 for bands of 32 channels).
 __host__ __device__ constexpr int weight_row_bytes(int ch) { return ch == 32 ? 64 : 32; }
 
-// k[m][c][kh][kw] -> w[kh][band][tile 0, 1][N rows: pairs r = f K + kw][16 or 32 halves], zero past C and R,
-// swizzled as wgmma reads its B operand (wgmma_f16.cuh). Tiles 0 and 1 hold a band's hi and lo halves; for bands of
-// 8 channels, whose slab rows are [x hi | x lo], [w hi | 0] and [w lo | w hi] (see the kernel). One thread per 16
-// bytes.
+// k[m][c][kh][kw] -> w[step][band][tile 0, 1][N rows: pairs r = f K + kw][16 or 32 halves], zero past C, K and
+// R, swizzled as wgmma reads its B operand (wgmma_f16.cuh). A step's channel j is channel j % C of tap row
+// step * rows + j / C (the planes' stacking: split_images_stacked). Tiles 0 and 1 hold a band's hi and lo halves;
+// for bands of 8 channels, whose slab rows are [x hi | x lo], [w hi | 0] and [w lo | w hi] (see the kernel). One
+// thread per 16 bytes.
 __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w, int M, int C, int K, int ch,
-                              int bands, int N, int pieces) {
+                              int bands, int rows, int N, int pieces) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= pieces) return;
   const int rb = weight_row_bytes(ch), per_row = rb / 16, q = i % per_row, row_i = i / per_row, tile = row_i / N;
-  const int part = tile % 2, band = (tile / 2) % bands, kh = tile / 2 / bands;
+  const int part = tile % 2, band = (tile / 2) % bands, step = tile / 2 / bands;
   const int r = row_i % N, f = r / K, kw = r % K;
   float v[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const int c = band * ch + (ch == 8 ? 0 : 8 * q) + j;
-    v[j] = (f < M && c < C) ? k[(((long long)f * C + c) * K + kh) * K + kw] : 0.0f;
+    const int cc = band * ch + (ch == 8 ? 0 : 8 * q) + j, c = cc % C, kh = step * rows + cc / C;
+    v[j] = (f < M && cc < rows * C && kh < K) ? k[(((long long)f * C + c) * K + kh) * K + kw] : 0.0f;
   }
   uint4 hi, lo;
   planes::split8(v, hi, lo);
@@ -131,7 +134,9 @@ __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w
 // by its mbarrier as the producers' copies land.
 enum Barrier { kEmpty0 = 1, kStageFull = 3, kStageEmpty = 4 };
 
-template <int N, int K, int KS>
+// N pairs, K x K taps in STEPS tap-row steps (K, or fewer where image rows are stacked), bands of 8, 16 or 32
+// channels (KS = 0, 1, 2).
+template <int N, int K, int KS, int STEPS>
 __global__ void __launch_bounds__(THREADS, 1)
     conv30_kernel(const __half* __restrict__ xh, const __half* __restrict__ xl, const uint4* __restrict__ w,
                   float* __restrict__ y, const Params p) {
@@ -223,7 +228,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int wg = warp_id >> 2, warp = warp_id & 3, lane = tid & 31;
     const int g8 = lane >> 2, c2 = 2 * (lane & 3), pos = 64 * wg + 16 * warp + g8;
     float hi[N / 2], lo[N / 2];  // X.hi W.hi; X.hi W.lo + X.lo W.hi
-    const uint32_t w_tile = uint32_t(N * rb), row_step = uint32_t(p.W * ra);
+    const uint32_t w_tile = uint32_t(N * rb), row_step = uint32_t(p.rows * p.W * ra);
     for (long long i = 0, t = t0; t < p.tiles; ++i, t += t_step) {
       const int buf = int(i) & (p.nbuf - 1);
       mbar_wait(&landed[buf], unsigned(i / p.nbuf) & 1u);
@@ -241,7 +246,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             const uint64_t x_bk = wgmma::advance(x_t, uint32_t(band * p.band_bytes + 32 * ks));
             const uint64_t w_bk = wgmma::advance(w_g, uint32_t(band * 2) * w_tile + uint32_t(32 * ks));
 #pragma unroll
-            for (int kh = 0; kh < K; ++kh) {
+            for (int kh = 0; kh < STEPS; ++kh) {  // tap-row step kh (a tap row each but where rows are stacked)
               const int accumulate = band | ks | kh;
               const uint64_t b_hi = wgmma::advance(w_bk, uint32_t(kh * p.bands * 2) * w_tile);
               const uint64_t x = wgmma::advance(x_bk, kh * row_step);
@@ -284,25 +289,41 @@ __global__ void __launch_bounds__(THREADS, 1)
 
 using Kernel = void (*)(const __half*, const __half*, const uint4*, float*, const Params);
 
-// The kernel of N = 16 .. N_MAX pairs (a multiple of 8) for K and bands of 8, 16 or 32 channels (KS 0, 1, 2).
-template <int K, int KS, int... Ns>
-Kernel pick_n(int N, std::integer_sequence<int, Ns...>) {
-  static const Kernel kernels[] = {conv30_kernel<8 * (Ns + 2), K, KS>...};
+// The kernel of N = 16 .. N_MAX pairs (a multiple of 8) for K, bands of 8, 16 or 32 channels (KS 0, 1, 2) and
+// the tap-row steps plan() gives.
+using Ns = std::make_integer_sequence<int, N_MAX / 8 - 1>;
+template <int K, int KS, int STEPS, int... Is>
+Kernel pick_n(int N, std::integer_sequence<int, Is...>) {
+  static const Kernel kernels[] = {conv30_kernel<8 * (Is + 2), K, KS, STEPS>...};
   return kernels[N / 8 - 2];
 }
 template <int KS>
 Kernel pick_ks(int N, int64_t K) {
-  using Ns = std::make_integer_sequence<int, N_MAX / 8 - 1>;
   switch (K) {
-    case 1: return pick_n<1, KS>(N, Ns{});
-    case 3: return pick_n<3, KS>(N, Ns{});
-    case 5: return pick_n<5, KS>(N, Ns{});
-    case 7: return pick_n<7, KS>(N, Ns{});
+    case 1: return pick_n<1, KS, 1>(N, Ns{});
+    case 3: return pick_n<3, KS, 3>(N, Ns{});
+    case 5: return pick_n<5, KS, 5>(N, Ns{});
+    case 7: return pick_n<7, KS, 7>(N, Ns{});
     default: return nullptr;
   }
 }
-Kernel pick(int N, int64_t K, int ch) {
-  return ch == 8 ? pick_ks<0>(N, K) : ch == 16 ? pick_ks<1>(N, K) : pick_ks<2>(N, K);
+// Bands of 8 channels: C <= 4 stacks 8 / C image rows (at most K), so K taps take ceil(K / rows) steps.
+Kernel pick_stacked(int N, int64_t K, int64_t steps) {
+  if (steps == K) return pick_ks<0>(N, K);
+  switch (K * 8 + steps) {
+    case 3 * 8 + 1: return pick_n<3, 0, 1>(N, Ns{});
+    case 3 * 8 + 2: return pick_n<3, 0, 2>(N, Ns{});
+    case 5 * 8 + 1: return pick_n<5, 0, 1>(N, Ns{});
+    case 5 * 8 + 2: return pick_n<5, 0, 2>(N, Ns{});
+    case 5 * 8 + 3: return pick_n<5, 0, 3>(N, Ns{});
+    case 7 * 8 + 1: return pick_n<7, 0, 1>(N, Ns{});
+    case 7 * 8 + 2: return pick_n<7, 0, 2>(N, Ns{});
+    case 7 * 8 + 4: return pick_n<7, 0, 4>(N, Ns{});
+    default: return nullptr;
+  }
+}
+Kernel pick(int N, int64_t K, int ch, int64_t steps) {
+  return ch == 8 ? pick_stacked(N, K, steps) : ch == 16 ? pick_ks<1>(N, K) : pick_ks<2>(N, K);
 }
 
 constexpr const char* kName = "gpu-split-f16-pairs-wgmma";
@@ -314,12 +335,15 @@ int64_t padded(int64_t mg, int64_t K) { return std::max<int64_t>(16, (mg * K + 7
 std::string plan(const ConvShape& s, Params& p) {
   if (s.K != 1 && s.K != 3 && s.K != 5 && s.K != 7)
     return std::string(kName) + ": K = " + std::to_string(s.K) + "; its kernels are built for K = 1, 3, 5 and 7";
-  // Bands of 8 channels where C <= 8: half the planes' bytes and two wgmmas a tap row, not three (the kernel).
+  // Bands of 8 channels where C <= 8: half the planes' bytes and two wgmmas a tap row, not three (the kernel); where
+  // C <= 4, 8 / C tap rows (at most K) stacked in them, a step of two wgmmas for them all.
   const int64_t ch = s.C <= 8 ? 8 : s.C <= 16 ? 16 : 32, Cp = (s.C + ch - 1) / ch * ch, Ho = s.Ho(), Wo = s.Wo();
+  const int64_t stacked = s.C <= 4 ? std::min<int64_t>(s.K, 8 / std::max<int64_t>(s.C, 1)) : 1;
+  const int64_t steps = (s.K + stacked - 1) / stacked;
   if (s.H * s.W * Cp > (int64_t(1) << 30))
     return std::string(kName) + ": an image of " + std::to_string(s.H * s.W * Cp) +
            " padded values exceeds its 32-bit offsets";
-  const int64_t rows = TILE + (s.K - 1) * s.W, bands = Cp / ch;
+  const int64_t rows = TILE + (steps - 1) * stacked * s.W, bands = Cp / ch;
   const int64_t band_bytes = (rows * 4 * ch + 1023) / 1024 * 1024, slab = bands * band_bytes;
   // Filter groups: at most N_MAX pairs fit the accumulators, so a layer with more runs its filters in G groups of
   // Mg, one after another over each tile's slab. Of the groupings whose weights, slab and staging area fit shared
@@ -333,7 +357,7 @@ std::string plan(const ConvShape& s, Params& p) {
     Layout l{g, (s.M + g - 1) / g};
     l.n = padded(l.mg, s.K);
     l.R = l.mg * s.K;
-    l.pieces = s.K * bands * 2 * l.n * weight_row_bytes(int(ch)) / 16;
+    l.pieces = steps * bands * 2 * l.n * weight_row_bytes(int(ch)) / 16;
     l.wts = (16 * l.pieces + 1023) / 1024 * 1024;
     l.stage = l.R * STAGE_STRIDE * 4;
     l.room = int64_t(kSmemLimit) - kFixedBytes - l.stage;  // for the weights and the slabs
@@ -364,6 +388,8 @@ std::string plan(const ConvShape& s, Params& p) {
   p.R = int(R);
   p.N = int(N);
   p.ch = int(ch);
+  p.rows = int(stacked);
+  p.steps = int(steps);
   p.bands = int(bands);
   const int64_t tout = TILE - (s.K - 1);
   p.tiles_per_image = int((Ho * s.W + tout - 1) / tout);
@@ -399,7 +425,7 @@ void conv_fwd_gpu_split_f16_pairs_wgmma(const float* x, const float* k, float* y
   if (s.B == 0 || s.M == 0) return;
 
   const int64_t tout = TILE - (s.K - 1), G = p.groups, Mg = p.Mg;
-  const Kernel kernel = pick(p.N, s.K, p.ch);
+  const Kernel kernel = pick(p.N, s.K, p.ch, p.steps);
   const auto group_filters = [&](int64_t g) { return std::min(Mg, s.M - g * Mg); };
   const size_t smem = smem_bytes(p);
   const long long resident = persistent_blocks(kName, kernel, THREADS, smem);
@@ -412,7 +438,7 @@ void conv_fwd_gpu_split_f16_pairs_wgmma(const float* x, const float* k, float* y
         for (int64_t g = 0; g < G; ++g)
           split_weights<<<unsigned((p.w_pieces + 255) / 256), 256, 0, st>>>(
               k + g * Mg * s.C * s.K * s.K, w + g * (p.w_bytes / 16), int(group_filters(g)), int(s.C), int(s.K),
-              p.ch, p.bands, p.N, p.w_pieces);
+              p.ch, p.bands, p.rows, p.N, p.w_pieces);
       },
       [&](const __half* xh, const __half* xl, const __half* w, const __half*, int64_t b0, int64_t nb) {
         p.pixels = nb * s.H * s.W;
@@ -424,7 +450,8 @@ void conv_fwd_gpu_split_f16_pairs_wgmma(const float* x, const float* k, float* y
           kernel<<<unsigned(blocks), unsigned(THREADS), smem, st>>>(
               xh, xl, reinterpret_cast<const uint4*>(w) + g0 * (p.w_bytes / 16), y + b0 * s.M * p.P, p);
         }
-      });
+      },
+      p.rows);
 }
 
 PYCONV_REGISTER_GPU_CONV(GpuConvVariant{

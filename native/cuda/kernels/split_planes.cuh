@@ -133,13 +133,38 @@ static __global__ void split_images(const float* __restrict__ x, uint4* __restri
   split8(v, xh[i], xl[i]);
 }
 
-// Queues the split of images b0 .. b0 + nb - 1 of x into planes xh / xl (nb images each, channel pitch Cp).
+// split_images with `rows` image rows stacked in each pixel's 8 channels (rows * C <= 8): channel j of pixel (h, w)
+// is channel j % C of pixel (h + j / C, w), zero past rows * C channels and past the image's last row. A kernel
+// whose taps are rows h .. h + K - 1 then multiplies `rows` of them in one 8-channel step (step 30, C <= 4).
+static __global__ void split_images_stacked(const float* __restrict__ x, uint4* __restrict__ xh,
+                                            uint4* __restrict__ xl, int C, int H, int W, int rows, long long total) {
+  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  const int HW = H * W, px = int(i % HW), h = px / W;
+  const float* img = x + (i / HW) * C * (long long)HW + px;
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int c = j % C, dh = j / C;
+    v[j] = dh < rows && h + dh < H ? __ldg(img + (long long)c * HW + dh * W) : 0.0f;
+  }
+  split8(v, xh[i], xl[i]);
+}
+
+// Queues the split of images b0 .. b0 + nb - 1 of x into planes xh / xl (nb images each, channel pitch Cp), with
+// `rows` image rows stacked in each pixel where rows > 1 (split_images_stacked; Cp = 8).
 inline void split_chunk(const float* x, __half* xh, __half* xl, const ConvShape& s, int64_t b0, int64_t nb, int Cp,
-                        cudaStream_t st) {
+                        cudaStream_t st, int rows = 1) {
   const long long total = nb * s.H * s.W * (Cp / 8);
-  split_images<<<unsigned((total + 255) / 256), 256, 0, st>>>(x + b0 * s.C * s.H * s.W, reinterpret_cast<uint4*>(xh),
-                                                              reinterpret_cast<uint4*>(xl), int(s.C),
-                                                              int(s.H * s.W), Cp / 8, total);
+  if (rows > 1)
+    split_images_stacked<<<unsigned((total + 255) / 256), 256, 0, st>>>(
+        x + b0 * s.C * s.H * s.W, reinterpret_cast<uint4*>(xh), reinterpret_cast<uint4*>(xl), int(s.C), int(s.H),
+        int(s.W), rows, total);
+  else
+    split_images<<<unsigned((total + 255) / 256), 256, 0, st>>>(x + b0 * s.C * s.H * s.W,
+                                                                reinterpret_cast<uint4*>(xh),
+                                                                reinterpret_cast<uint4*>(xl), int(s.C),
+                                                                int(s.H * s.W), Cp / 8, total);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -160,11 +185,11 @@ inline Workspace& workspace(cudaStream_t st) {
 
 // Queues one layer over split planes on stream st: the stream's workspace grown to two weight planes of wplane
 // halves and two planes of a chunk of images, split_weights(wh, wl, blocks) queued once (one 256-thread block per
-// 2048 halves of a plane), then for each chunk of images b0 .. b0 + nb - 1 their planes' split and
-// gemm(xh, xl, wh, wl, b0, nb). Every launch is checked.
+// 2048 halves of a plane), then for each chunk of images b0 .. b0 + nb - 1 their planes' split (`rows` image rows
+// stacked in each pixel: split_chunk) and gemm(xh, xl, wh, wl, b0, nb). Every launch is checked.
 template <class SplitWeights, class Gemm>
 void run_in_chunks(const float* x, const ConvShape& s, int Cp, size_t wplane, cudaStream_t st,
-                   SplitWeights split_weights, Gemm gemm) {
+                   SplitWeights split_weights, Gemm gemm, int rows = 1) {
   const int64_t chunk = chunk_images(s, Cp);
   const size_t plane = size_t(chunk) * s.H * s.W * Cp;
   Workspace& ws = workspace(st);
@@ -175,7 +200,7 @@ void run_in_chunks(const float* x, const ConvShape& s, int Cp, size_t wplane, cu
   CUDA_CHECK_LAUNCH();
   for (int64_t b0 = 0; b0 < s.B; b0 += chunk) {
     const int64_t nb = std::min(chunk, s.B - b0);
-    split_chunk(x, xh, xl, s, b0, nb, Cp, st);
+    split_chunk(x, xh, xl, s, b0, nb, Cp, st, rows);
     gemm(xh, xl, wh, wl, b0, nb);
     CUDA_CHECK_LAUNCH();
   }
