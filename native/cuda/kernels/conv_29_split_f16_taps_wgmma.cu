@@ -100,6 +100,7 @@
 
 #include "cuda/kernels/igemm_tiles.cuh"
 #include "cuda/kernels/split_planes.cuh"
+#include "cuda/kernels/wgmma_producers.cuh"
 #include "cuda/kernels/wgmma_slab.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
@@ -175,20 +176,14 @@ __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w
   w[wgmma::swizzle(uint32_t(16 * i), 2 * ch) / 16] = part == 0 ? hi : lo;
 }
 
-// Named barriers (named_barrier.cuh) between the warpgroups that multiply (consumers) and the warpgroup that copies
-// and stores (producers): slab buffer b empty, the staging area full / empty. A slab buffer is announced full by
-// its mbarrier (landed[b]), on which every producer thread's copies arrive as they land: the producers never wait
-// for their own copies.
-enum Barrier { kEmpty0 = 1, kStageFull = 3, kStageEmpty = 4 };
+using slab::kEmpty0, slab::kStageEmpty, slab::kStageFull;  // the named barriers (wgmma_producers.cuh)
 
 template <int NWG, int K, int KS>
 __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
     conv29_kernel(const __half* __restrict__ xh, const __half* __restrict__ xl, const uint4* __restrict__ w,
                   float* __restrict__ y, const Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(TILE <= PRODUCERS, "a producer thread stores one position of a tile");
   constexpr int CONSUMERS = NWG * WG_THREADS, THREADS = CONSUMERS + PRODUCERS;
-  constexpr int TOUT = TILE - (K - 1);  // outputs a tile stores
   constexpr int ch = 16 * KS;           // channels per band
   constexpr int ra = 4 * ch, rb = 2 * ch;  // row bytes of the slab and of the weights
   extern __shared__ float4 smem4[];
@@ -196,7 +191,7 @@ __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
   const uint32_t slab0 = w_s + uint32_t(p.gl_max * p.w_bytes);
   float* stage = reinterpret_cast<float*>(reinterpret_cast<char*>(smem4) + (slab0 - base) + p.nbuf * p.slab_bytes);
   uint64_t* landed = reinterpret_cast<uint64_t*>(stage + p.R * STAGE_STRIDE);
-  const int tid = threadIdx.x, HW = p.H * p.W;
+  const int tid = threadIdx.x;
   const long long t0 = blockIdx.x, t_step = gridDim.x;
   if (tid < p.nbuf) mbar_init(&landed[tid], PRODUCERS);
 
@@ -206,78 +201,12 @@ __global__ void __launch_bounds__(NWG * WG_THREADS + PRODUCERS, 1)
   wgmma::fence_proxy_async();
   __syncthreads();
 
-  // The first pixel (of the launch's planes) of tile t.
-  auto first = [&](long long tile) -> long long {
-    if (!p.per_image) return tile * TOUT;
-    const uint32_t b = p.by_tiles.div(uint32_t(tile));
-    return (long long)b * HW + (uint32_t(tile) - b * p.tiles_per_image) * TOUT;
-  };
-
   // The role, warp-uniform to the compiler (a lane's broadcast): wgmmas in code it sees as divergent are serialised.
   const int warp_id = __shfl_sync(0xffffffffu, tid / 32, 0);
   if (warp_id >= CONSUMERS / 32) {
-    // Producers. Tile t's slab into buffer buf (wgmma_slab.cuh): row r of band b is pixel first(t) + r's channels
-    // b*ch .. b*ch + ch - 1, hi then lo, swizzled; rows past the launch's pixels are zero. The buffer's mbarrier
-    // completes its phase when every producer's copies have landed.
-    const int pt = tid - CONSUMERS;
-    auto load_slab = [&](long long tile, int buf) {
-      slab::queue<PRODUCERS>(slab0 + uint32_t(buf * p.slab_bytes), xh, xl, first(tile), p.slab_rows, p.bands,
-                             p.band_bytes, p.Cp, ch, p.pixels, pt);
-      mbar_arrive_on_copies(&landed[buf]);
-    };
-    // Where this thread's output of tile t goes (its position pt of the tile): its offset in y at the layer's
-    // first filter, or -1 where the position is no output (past the image or the launch, or in the flat grid's
-    // last K - 1 rows or columns). Once a tile for all its groups, and with multiply-high divisions: per group and
-    // with 64-bit divisions, it was half of what the producers did (the header).
-    auto out_offset = [&](long long tile) -> long long {
-      uint32_t b, j;
-      if (p.per_image) {
-        b = p.by_tiles.div(uint32_t(tile));
-        j = (uint32_t(tile) - b * p.tiles_per_image) * TOUT + pt;
-        if (j >= uint32_t(HW)) return -1;  // the next image's: its own tile stores it
-      } else {
-        const uint32_t pos = uint32_t(tile) * TOUT + pt;
-        if (pos >= p.pixels) return -1;
-        b = p.by_hw.div(pos);
-        j = pos - b * HW;
-      }
-      const uint32_t oh = p.by_w.div(j), ow = j - oh * p.W;
-      if (pt >= TOUT || oh >= uint32_t(p.Ho) || ow >= uint32_t(p.Wo)) return -1;
-      return (long long)b * p.Mtot * p.P + oh * p.Wo + ow;
-    };
-    // Tile t's outputs of group g from the staging area: thread pt takes position pt and every filter of the
-    // group, each output the sum of its K staged columns pt .. pt + K - 1 (consecutive threads, consecutive columns
-    // and outputs).
-    auto store = [&](long long off, int g) {
-      if (off < 0) return;
-      const int f0 = (p.g0 + g) * p.Mg, nf = min(p.Mg, p.Mtot - f0);
-      float* out = y + off + (long long)f0 * p.P;
-      const float* s = stage + pt;
-#pragma unroll 4
-      for (int f = 0; f < nf; ++f, s += K * STAGE_STRIDE) {
-        float sum = s[0];
-#pragma unroll
-        for (int kw = 1; kw < K; ++kw) sum += s[kw * STAGE_STRIDE + kw];
-        out[(long long)f * p.P] = sum;
-      }
-    };
-    for (int b = 0; b < p.nbuf && t0 + b * t_step < p.tiles; ++b) load_slab(t0 + b * t_step, b);
-    for (long long i = 0, t = t0; t < p.tiles; ++i, t += t_step) {
-      const int buf = int(i) & (p.nbuf - 1);
-      const long long off = out_offset(t);
-      for (int g = 0; g < p.gl; ++g) {
-        // Before the last group's store: tile t + nbuf into tile t's buffer, landing while t is stored. The
-        // consumers free the buffer after the last group's wgmmas, and stage a group only once the one before is
-        // stored, so waiting for it before an earlier group's store would wait forever.
-        if (g + 1 == p.gl && t + p.nbuf * t_step < p.tiles) {
-          bar_sync(kEmpty0 + buf, THREADS);
-          load_slab(t + p.nbuf * t_step, buf);
-        }
-        bar_sync(kStageFull, THREADS);
-        store(off, g);
-        if (g + 1 < p.gl || t + t_step < p.tiles) bar_arrive(kStageEmpty, THREADS);
-      }
-    }
+    // Producers: copy the slabs, store the staged outputs (wgmma_producers.cuh).
+    slab::produce<TILE, K, THREADS, PRODUCERS, STAGE_STRIDE>(p, xh, xl, y, stage, landed, slab0, ch,
+                                                            tid - CONSUMERS, t0, t_step);
   } else {
     // Consumers: warpgroup g holds pairs 64 g .. 64 g + 63; this thread rows 16 warp + g8 and + 8 of them, columns
     // 8j + c2 + e (j < 16, e < 2).

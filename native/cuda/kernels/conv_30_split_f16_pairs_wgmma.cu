@@ -14,6 +14,11 @@
 // - The staging area keeps step 29's layout (a row of positions per pair), so the producers' epilogue is unchanged;
 //   a thread's accumulators are a pair column each, stored one float at a time, with rows TILE + 4 floats apart so
 //   that a warp's 32 stores (8 positions x 4 pairs) fall in distinct banks.
+// - Few channels: where C <= 8 the planes and slab hold bands of 8 channels, a slab row [x hi | x lo] of 32 bytes,
+//   one k16 step deep: two wgmmas a tap row, against weight rows [w hi | 0] (the hi product) and [w lo | w hi] (both
+//   corrections), where a band of 16 took three half-empty ones. Where C <= 4, rows = min(K, 8 / C) image rows are
+//   stacked in a pixel's 8 channels (split_planes.cuh's split_images_stacked) and a step of two wgmmas covers that
+//   many tap rows, the slab row `rows` image rows on per step: K taps in ceil(K / rows) steps.
 // - Refused: K other than 1, 3, 5, 7, shared memory beyond 227 KB, and any GPU or build without sm_90a code
 //   (wgmma_probe.cuh).
 // - Range: as steps 19-29, a value beyond the FP16 range (|v| > 65504) becomes inf, and the outputs it reaches inf
@@ -26,10 +31,25 @@
 // 459). Slower on 6, by at most 8% (s13, C=26 61x61 M=26 K=7, 18.9 -> 20.4; s17 1.67 -> 1.69), where the padding
 // step 29 multiplies is small (s17: 125 pairs in 128 rows); `final` times both per shape. The sweep's geometric mean
 // over the 80 rows 2.75x -> 2.99x cuDNN FP32, its worst row s20 (C=3 47x47 M=32 K=3, step 21) at 1.03x.
+// Bands of 8 channels (results/bench-nvidia-h200-2026-11-29-sweep-c8-bands.json, ms, against the sweep above):
+// s05 12.4 -> 10.6, s06 18.5 -> 15.4, s09 18.6 -> 15.5, s34 2.87 -> 2.24, s18 0.865 -> 0.731, s20 (C=3 47x47 M=32
+// K=3) 2.66 -> 2.33, there now the best variant (1.15x cuDNN FP32; the sweep's worst row now s08, 1.12x). Image rows
+// stacked where C <= 4 (-sweep-c8-stacked.json, against -c8-bands): s11 (C=4 94x94 M=32 K=5) 14.1 -> 13.0, s36
+// (C=2, K=5) 1.93 -> 1.72, s20 2.33 -> 2.30, s15 (C=3 69x69 K=3) 3.82 -> 3.82; step 20 stays faster on s11 (9.19),
+// s15 (3.52), s36 and s39 (C=6). The sweep's geometric mean 2.99x -> 3.00x (2.998), its worst row s08 at 1.08x: in
+// the same runs cuDNN FP32's FFT got faster on s07 (140 -> 81 ms) and s23 (93 -> 82).
+// Nsight Compute on those rows (batch 2000, locked clocks): s11, this kernel 1.45 ms for each 904-image chunk of
+// planes (2 groups of 16 filters, N = 80, 3 steps) beside 156 us of split, step 20 2.42 ms for all 2000 images;
+// s06, 1.89 ms a chunk; warps stalled at the named barriers 3.5x (s06) to 9x (s20) as long as on memory, issue
+// slots 42-48% busy, the shared-memory pipe (L1/TEX) 54-66%: the tensor work is not what limits these rows.
 // Nsight Compute (batch 2000, the profiler's locked clocks): s08, this kernel 332 us (step 29 431) beside the planes'
 // split 55 (cuDNN FP32's FFT 429 in all), issue slots 38% busy, one block of 12 warps per SM; s13, two launches of
 // 637 us (one slab buffer) against step 29's three of 383, issue slots 25% against 27% busy.
 // Tried and dropped (each a full `invoke bench --sweep` or a probe on the H200, batch 10000):
+// - ping-pong consumers: the warpgroups issuing their wgmmas in turn (named barriers), each staging while the other's
+//   run, the producers in halves that wait only for the warpgroups whose positions they read: s08 1.53 -> 1.50 ms
+//   (Nsight Compute 332 -> 326 us), s21 -6%, but s07 14.2 -> 17.3, s18 +10%, s16 +7%, s04 +5% (a probe, median of
+//   5, 16 rows): staging is not what the tensor cores wait for.
 // - one slab buffer charged a quarter more in the grouping's model, so that s13 took 3 groups of N = 64 with two
 //   buffers: 21.0 ms against 20.4-20.6 (a probe, median of 5).
 // - hi and lo from one wgmma of 2N columns (the weights' hi and lo tiles are consecutive rows) where N <= 128, the
@@ -45,6 +65,7 @@
 #include <utility>
 
 #include "cuda/kernels/split_planes.cuh"
+#include "cuda/kernels/wgmma_producers.cuh"
 #include "cuda/kernels/wgmma_slab.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
@@ -130,9 +151,7 @@ __global__ void split_weights(const float* __restrict__ k, uint4* __restrict__ w
   w[wgmma::swizzle(uint32_t(16 * i), rb) / 16] = piece;
 }
 
-// As step 29: slab buffer b empty, the staging area full / empty (named_barrier.cuh); a slab buffer announced full
-// by its mbarrier as the producers' copies land.
-enum Barrier { kEmpty0 = 1, kStageFull = 3, kStageEmpty = 4 };
+using slab::kEmpty0, slab::kStageEmpty, slab::kStageFull;  // the named barriers (wgmma_producers.cuh)
 
 // N pairs, K x K taps in STEPS tap-row steps (K, or fewer where image rows are stacked), bands of 8, 16 or 32
 // channels (KS = 0, 1, 2).
@@ -141,8 +160,6 @@ __global__ void __launch_bounds__(THREADS, 1)
     conv30_kernel(const __half* __restrict__ xh, const __half* __restrict__ xl, const uint4* __restrict__ w,
                   float* __restrict__ y, const Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(TILE <= PRODUCERS, "a producer thread stores one position of a tile");
-  constexpr int TOUT = TILE - (K - 1);  // outputs a tile stores
   constexpr int ch = KS == 0 ? 8 : 16 * KS;                // channels per band
   constexpr int ra = 4 * ch, rb = weight_row_bytes(ch);  // row bytes of the slab and of the weights
   extern __shared__ float4 smem4[];
@@ -150,7 +167,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   const uint32_t slab0 = w_s + uint32_t(p.gl_max * p.w_bytes);
   float* stage = reinterpret_cast<float*>(reinterpret_cast<char*>(smem4) + (slab0 - base) + p.nbuf * p.slab_bytes);
   uint64_t* landed = reinterpret_cast<uint64_t*>(stage + p.R * STAGE_STRIDE);
-  const int tid = threadIdx.x, HW = p.H * p.W;
+  const int tid = threadIdx.x;
   const long long t0 = blockIdx.x, t_step = gridDim.x;
   if (tid < p.nbuf) mbar_init(&landed[tid], PRODUCERS);
 
@@ -162,66 +179,12 @@ __global__ void __launch_bounds__(THREADS, 1)
   wgmma::fence_proxy_async();
   __syncthreads();
 
-  // The first pixel (of the launch's planes) of tile t.
-  auto first = [&](long long tile) -> long long {
-    if (!p.per_image) return tile * TOUT;
-    const uint32_t b = p.by_tiles.div(uint32_t(tile));
-    return (long long)b * HW + (uint32_t(tile) - b * p.tiles_per_image) * TOUT;
-  };
-
   // The role, warp-uniform to the compiler (a lane's broadcast): wgmmas in code it sees as divergent are serialised.
   const int warp_id = __shfl_sync(0xffffffffu, tid / 32, 0);
   if (warp_id >= CONSUMERS / 32) {
-    // Producers: step 29's, word for word but for the staging stride.
-    const int pt = tid - CONSUMERS;
-    auto load_slab = [&](long long tile, int buf) {
-      slab::queue<PRODUCERS>(slab0 + uint32_t(buf * p.slab_bytes), xh, xl, first(tile), p.slab_rows, p.bands,
-                             p.band_bytes, p.Cp, ch, p.pixels, pt);
-      mbar_arrive_on_copies(&landed[buf]);
-    };
-    auto out_offset = [&](long long tile) -> long long {
-      uint32_t b, j;
-      if (p.per_image) {
-        b = p.by_tiles.div(uint32_t(tile));
-        j = (uint32_t(tile) - b * p.tiles_per_image) * TOUT + pt;
-        if (j >= uint32_t(HW)) return -1;  // the next image's: its own tile stores it
-      } else {
-        const uint32_t pos = uint32_t(tile) * TOUT + pt;
-        if (pos >= p.pixels) return -1;
-        b = p.by_hw.div(pos);
-        j = pos - b * HW;
-      }
-      const uint32_t oh = p.by_w.div(j), ow = j - oh * p.W;
-      if (pt >= TOUT || oh >= uint32_t(p.Ho) || ow >= uint32_t(p.Wo)) return -1;
-      return (long long)b * p.Mtot * p.P + oh * p.Wo + ow;
-    };
-    auto store = [&](long long off, int g) {
-      if (off < 0) return;
-      const int f0 = (p.g0 + g) * p.Mg, nf = min(p.Mg, p.Mtot - f0);
-      float* out = y + off + (long long)f0 * p.P;
-      const float* s = stage + pt;
-#pragma unroll 4
-      for (int f = 0; f < nf; ++f, s += K * STAGE_STRIDE) {
-        float sum = s[0];
-#pragma unroll
-        for (int kw = 1; kw < K; ++kw) sum += s[kw * STAGE_STRIDE + kw];
-        out[(long long)f * p.P] = sum;
-      }
-    };
-    for (int b = 0; b < p.nbuf && t0 + b * t_step < p.tiles; ++b) load_slab(t0 + b * t_step, b);
-    for (long long i = 0, t = t0; t < p.tiles; ++i, t += t_step) {
-      const int buf = int(i) & (p.nbuf - 1);
-      const long long off = out_offset(t);
-      for (int g = 0; g < p.gl; ++g) {
-        if (g + 1 == p.gl && t + p.nbuf * t_step < p.tiles) {
-          bar_sync(kEmpty0 + buf, THREADS);
-          load_slab(t + p.nbuf * t_step, buf);
-        }
-        bar_sync(kStageFull, THREADS);
-        store(off, g);
-        if (g + 1 < p.gl || t + t_step < p.tiles) bar_arrive(kStageEmpty, THREADS);
-      }
-    }
+    // Producers: step 29's (wgmma_producers.cuh), with this step's staging stride.
+    slab::produce<TILE, K, THREADS, PRODUCERS, STAGE_STRIDE>(p, xh, xl, y, stage, landed, slab0, ch,
+                                                            tid - CONSUMERS, t0, t_step);
   } else {
     // Consumers: warpgroup wg holds positions 64 wg .. 64 wg + 63 of the tile; this thread positions 16 warp + g8
     // and + 8 of them, pairs 8j + c2 + e (j < N / 8, e < 2).
@@ -458,7 +421,8 @@ PYCONV_REGISTER_GPU_CONV(GpuConvVariant{
     .name = "gpu-split-f16-pairs-wgmma",
     .step = 30,
     .summary = "step 29 with the wgmma's operands swapped: 64 positions in its M, the (filter, tap column) pairs in "
-               "its N (padded to 8, not 64); warp-specialised, the filters in groups over the same slab",
+               "its N (padded to 8, not 64); warp-specialised, the filters in groups over the same slab; C <= 8 in "
+               "bands of 8 channels, image rows stacked in them where C <= 4",
     .launch = conv_fwd_gpu_split_f16_pairs_wgmma,
     .supports = conv_supports_gpu_split_f16_pairs_wgmma,
     .graph_capturable = false,  // the planes' workspace grows (moves) when a larger layer comes
