@@ -29,9 +29,10 @@ __device__ __forceinline__ long long first_pixel(const Params& p, long long tile
 }
 
 // The producers' part of a block of THREADS threads whose last PRODUCERS are this warpgroup (pt = this thread's
-// index among them), over tiles of TILE positions t0, t0 + t_step, ... of the launch: slab buffers at shared address slab0 (p.nbuf
-// of p.slab_bytes), bands of ch channels; the staging area `stage` of STAGE_STRIDE floats a row, rows K apart per
-// filter; outputs to y (the launch's first image), groups p.g0 .. p.g0 + p.gl - 1 of p.Mg filters each.
+// index among them), over tiles of TILE positions t0, t0 + t_step, ... of the launch: slab buffers at shared
+// address slab0 (p.nbuf of p.slab_bytes), bands of ch channels; the staging area `stage` of STAGE_STRIDE floats a
+// row, a filter's K rows (its tap columns) one after another; outputs to y (the launch's first image), groups
+// p.g0 .. p.g0 + p.gl - 1 of p.Mg filters each.
 template <int TILE, int K, int THREADS, int PRODUCERS, int STAGE_STRIDE, class Params>
 __device__ __forceinline__ void produce(const Params& p, const __half* __restrict__ xh, const __half* __restrict__ xl,
                                         float* __restrict__ y, const float* stage, uint64_t* landed, uint32_t slab0,
