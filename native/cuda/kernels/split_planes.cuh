@@ -173,7 +173,6 @@ inline void split_chunk(const float* x, __half* xh, __half* xl, const ConvShape&
 // the device to go idle, so work still queued on the stream is safe.
 struct Workspace {
   DeviceBuffer<__half> weights, images;
-  DeviceBuffer<float> rings;  // step 31's un-pooled outputs, a ring per block (wgmma_producers.cuh)
 };
 inline Workspace& workspace(cudaStream_t st) {
   static std::mutex mu;
