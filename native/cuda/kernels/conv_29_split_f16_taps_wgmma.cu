@@ -125,27 +125,13 @@ constexpr size_t kSmemLimit = 227 * 1024;
 constexpr size_t kMbarBytes = 64;  // an mbarrier per slab buffer, after the staging area
 constexpr int64_t kFixedBytes = 1024 + kMbarBytes;  // the swizzle's alignment and the mbarriers
 
-struct Params {
-  int H, W, Cp, Ho, Wo, P;
-  int Mtot;             // the layer's filters: an output image is Mtot * P floats
-  int groups, Mg;       // filter groups of Mg filters (the last possibly fewer), each group's rows in turn
-  int gl_max;           // groups a launch holds the weights of (shared memory): launches of gl_max groups
-  int g0, gl;           // this launch's first group and its number of groups
+// The producers' part (wgmma_producers.cuh; slab_rows = TILE + (K - 1) * W, and two slab buffers let the next
+// tile's slab land while this one is multiplied) and the consumers'.
+struct Params : slab::Tiling {
   int R;                // Mg * K (filter, tap column) pairs
   int ch;               // channels per band: 16 (C <= 16) or 32
-  int bands;            // Cp / ch
-  int per_image;        // 1: tiles start at each image's first position; 0: tiles run on across images
-  int tiles_per_image;  // ceil(Ho * W / (TILE - K + 1)) when per_image
-  int slab_rows;        // TILE + (K - 1) * W
-  int band_bytes;       // one band of a slab: slab_rows rows of 4 ch bytes (hi, lo), rounded up to 1024
-  int slab_bytes;       // one slab buffer: bands * band_bytes
-  int nbuf;             // slab buffers: 2 (the next tile's slab lands while this one is multiplied), or 1 where two
-                        // do not fit beside the weights and the staging area
   int w_bytes;          // a group's weights: K * bands * warpgroups * 2 (hi, lo) tiles of 64 rows of 2 ch bytes
   int stage_bytes;      // R rows of STAGE_STRIDE floats
-  long long pixels;     // this launch's images' pixels: images * H * W (below 2^31: a chunk of planes)
-  long long tiles;      // this launch's tiles
-  FastDiv by_w, by_hw, by_tiles;  // W, H * W, tiles_per_image
 };
 
 // Shared memory: the weights of gl_max groups, nbuf slab buffers and the staging area, from a 1024-byte aligned
@@ -307,7 +293,7 @@ std::string plan(const ConvShape& s, Params& p) {
     if (!G || rows_g < rows_best) G = g, Mg = mg, rows_best = rows_g;
   }
   const int64_t R = Mg * s.K;
-  const int64_t ch = s.C <= 16 ? 16 : 32, Cp = (s.C + ch - 1) / ch * ch, Ho = s.Ho(), Wo = s.Wo();
+  const int64_t ch = s.C <= 16 ? 16 : 32, Cp = (s.C + ch - 1) / ch * ch;
   if (s.H * s.W * Cp > (int64_t(1) << 30))
     return std::string(kName) + ": an image of " + std::to_string(s.H * s.W * Cp) +
            " padded values exceeds its 32-bit offsets";
@@ -327,27 +313,11 @@ std::string plan(const ConvShape& s, Params& p) {
            std::to_string(rows) + " rows (" + std::to_string(slab / 1024) + " KB) and " + std::to_string(R) +
            " staged rows (" + std::to_string(stage / 1024) + " KB) exceed " + std::to_string(kSmemLimit / 1024) +
            " KB of shared memory";
-  p.H = int(s.H); p.W = int(s.W); p.Cp = int(Cp);
-  p.Ho = int(Ho); p.Wo = int(Wo); p.P = int(Ho * Wo); p.Mtot = int(s.M);
-  p.groups = int(G); p.Mg = int(Mg); p.gl_max = int(gl_max); p.g0 = 0; p.gl = int(gl_max);
+  slab::set_tiling(p, s, TILE, Cp, bands, rows, band_bytes, nbuf, G, Mg, gl_max);
   p.R = int(R);
   p.ch = int(ch);
-  p.bands = int(bands);
-  // Tiles per image (each starting at the image's first position) or running on across images: whichever
-  // computes fewer positions that are never stored.
-  const int64_t tout = TILE - (s.K - 1);
-  p.tiles_per_image = int((Ho * s.W + tout - 1) / tout);
-  p.per_image = int64_t(p.tiles_per_image) * tout <= s.H * s.W;
-  p.slab_rows = int(rows);
-  p.band_bytes = int(band_bytes);
-  p.slab_bytes = int(slab);
-  p.nbuf = int(nbuf);
   p.w_bytes = int(wts);
   p.stage_bytes = int(stage);
-  p.pixels = p.tiles = 0;
-  p.by_w = FastDiv(uint32_t(s.W));
-  p.by_hw = FastDiv(uint32_t(s.H * s.W));
-  p.by_tiles = FastDiv(uint32_t(p.tiles_per_image));
   return "";
 }
 

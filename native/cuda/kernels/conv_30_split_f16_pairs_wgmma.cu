@@ -52,6 +52,16 @@
 //   5, 16 rows): staging is not what the tensor cores wait for.
 // - one slab buffer charged a quarter more in the grouping's model, so that s13 took 3 groups of N = 64 with two
 //   buffers: 21.0 ms against 20.4-20.6 (a probe, median of 5).
+// - tanh + max-pool 2/2 fused into this kernel (a step 31): blocks took runs of tiles covering whole pooled rows of
+//   an image, the producers stored each output into a ring per block in L2 and pooled each window once its tiles
+//   were stored. Right (27 edge tests), but slower than this step followed by the shared pool pass on 11 of 12
+//   pooled rows (a probe, median of 5): s30 (C=24 96x96 M=53 K=3) 47.7 ms pooling a row pair at a time, 54.3
+//   spread over the tiles, against 31.6; s05 30.9 against 14.6; s20 6.5 against 3.0; only s35 faster (24.5 against
+//   25.3). The pooling adds to the producer warpgroup's work, and the producers already set this step's pace.
+// - two staging areas where shared memory had room (the consumers staging a group while the producers stored the
+//   one before): over the 40 shapes without pooling 1.9% slower in geometric mean than this step in the sweep before
+//   (-c8-stacked.json; a probe, median of 5 CUDA-event timings, not the sweep's method; 0.95x to 1.11x a row): no
+//   gain to keep, so the hand-off's wait is not the staging's.
 // - hi and lo from one wgmma of 2N columns (the weights' hi and lo tiles are consecutive rows) where N <= 128, the
 //   slab's 64 rows read twice per kh, band and k16 step instead of three times: over the sweep's 80 rows the times
 //   0.5% slower in geometric mean (0.97x to 1.05x a row), the sweep's geometric mean 2.98x: reading A is not what
@@ -92,30 +102,16 @@ constexpr size_t kSmemLimit = 227 * 1024;
 constexpr size_t kMbarBytes = 64;  // an mbarrier per slab buffer, after the staging area
 constexpr int64_t kFixedBytes = 1024 + kMbarBytes;  // the swizzle's alignment and the mbarriers
 
-struct Params {
-  int H, W, Cp, Ho, Wo, P;
-  int Mtot;             // the layer's filters: an output image is Mtot * P floats
-  int groups, Mg;       // filter groups of Mg filters (the last possibly fewer), each group's pairs in turn
-  int gl_max;           // groups a launch holds the weights of (shared memory): launches of gl_max groups
-  int g0, gl;           // this launch's first group and its number of groups
+// The producers' part (wgmma_producers.cuh; slab_rows = TILE + (steps - 1) * rows * W) and the consumers'.
+struct Params : slab::Tiling {
   int R;                // Mg * K (filter, tap column) pairs
   int N;                // R padded to a multiple of 8 (at least 16): the wgmma's N
   int ch;               // channels per band: 8 (C <= 8), 16 (C <= 16) or 32
   int rows;             // image rows stacked in a pixel of the planes: 8 / C capped at K where C <= 4, else 1
   int steps;            // tap-row steps: ceil(K / rows), each `rows` image rows (slab rows rows * W) on
-  int bands;            // Cp / ch
-  int per_image;        // 1: tiles start at each image's first position; 0: tiles run on across images
-  int tiles_per_image;  // ceil(Ho * W / (TILE - K + 1)) when per_image
-  int slab_rows;        // TILE + (steps - 1) * rows * W
-  int band_bytes;       // one band of a slab: slab_rows rows of 4 ch bytes (hi, lo), rounded up to 1024
-  int slab_bytes;       // one slab buffer: bands * band_bytes
-  int nbuf;             // slab buffers: 2, or 1 where two do not fit beside the weights and the staging area
   int w_pieces;         // a group's weights in 16-byte pieces: steps * bands * 2 tiles of N rows of 32 or 64 bytes
   int w_bytes;          // 16 w_pieces rounded up to 1024 (the slab after the weights keeps the swizzle's origin)
   int stage_bytes;      // R rows of STAGE_STRIDE floats
-  long long pixels;     // this launch's images' pixels: images * H * W (below 2^31: a chunk of planes)
-  long long tiles;      // this launch's tiles
-  FastDiv by_w, by_hw, by_tiles;  // W, H * W, tiles_per_image
 };
 
 size_t smem_bytes(const Params& p) {
@@ -300,7 +296,7 @@ std::string plan(const ConvShape& s, Params& p) {
     return std::string(kName) + ": K = " + std::to_string(s.K) + "; its kernels are built for K = 1, 3, 5 and 7";
   // Bands of 8 channels where C <= 8: half the planes' bytes and two wgmmas a tap row, not three (the kernel); where
   // C <= 4, 8 / C tap rows (at most K) stacked in them, a step of two wgmmas for them all.
-  const int64_t ch = s.C <= 8 ? 8 : s.C <= 16 ? 16 : 32, Cp = (s.C + ch - 1) / ch * ch, Ho = s.Ho(), Wo = s.Wo();
+  const int64_t ch = s.C <= 8 ? 8 : s.C <= 16 ? 16 : 32, Cp = (s.C + ch - 1) / ch * ch;
   const int64_t stacked = s.C <= 4 ? std::min<int64_t>(s.K, 8 / std::max<int64_t>(s.C, 1)) : 1;
   const int64_t steps = (s.K + stacked - 1) / stacked;
   if (s.H * s.W * Cp > (int64_t(1) << 30))
@@ -345,29 +341,15 @@ std::string plan(const ConvShape& s, Params& p) {
   const int64_t stage = best.stage, room = best.room;
   const int64_t nbuf = wts + 2 * slab <= room ? 2 : 1;
   const int64_t gl_max = std::max<int64_t>(1, std::min(G, (room - nbuf * slab) / wts));
-  p.H = int(s.H); p.W = int(s.W); p.Cp = int(Cp);
-  p.Ho = int(Ho); p.Wo = int(Wo); p.P = int(Ho * Wo); p.Mtot = int(s.M);
-  p.groups = int(G); p.Mg = int(Mg); p.gl_max = int(gl_max); p.g0 = 0; p.gl = int(gl_max);
+  slab::set_tiling(p, s, TILE, Cp, bands, rows, band_bytes, nbuf, G, Mg, gl_max);
   p.R = int(R);
   p.N = int(N);
   p.ch = int(ch);
   p.rows = int(stacked);
   p.steps = int(steps);
-  p.bands = int(bands);
-  const int64_t tout = TILE - (s.K - 1);
-  p.tiles_per_image = int((Ho * s.W + tout - 1) / tout);
-  p.per_image = int64_t(p.tiles_per_image) * tout <= s.H * s.W;
-  p.slab_rows = int(rows);
-  p.band_bytes = int(band_bytes);
-  p.slab_bytes = int(slab);
-  p.nbuf = int(nbuf);
   p.w_pieces = int(pieces);
   p.w_bytes = int(wts);
   p.stage_bytes = int(stage);
-  p.pixels = p.tiles = 0;
-  p.by_w = FastDiv(uint32_t(s.W));
-  p.by_hw = FastDiv(uint32_t(s.H * s.W));
-  p.by_tiles = FastDiv(uint32_t(p.tiles_per_image));
   return "";
 }
 

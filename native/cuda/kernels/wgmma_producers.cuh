@@ -7,7 +7,9 @@
 
 #include <cstdint>
 
+#include "common/conv_shape.hpp"
 #include "cuda/kernels/wgmma_slab.cuh"
+#include "cuda/runtime/fast_div.cuh"
 #include "cuda/runtime/mbarrier.cuh"
 #include "cuda/runtime/named_barrier.cuh"
 
@@ -18,6 +20,48 @@ namespace pyconv::slab {
 // its mbarrier (landed[b]), on which every producer thread's copies arrive as they land: the producers never wait
 // for their own copies.
 enum Barrier { kEmpty0 = 1, kStageFull = 3, kStageEmpty = 4 };
+
+// What the producers read of a launch: sizes, filter groups, tiles and slab. Each step's Params derives from it and
+// adds what its consumers read; its plan() fills this part with set_tiling.
+struct Tiling {
+  int H, W, Cp, Ho, Wo, P;
+  int Mtot;             // the layer's filters: an output image is Mtot * P floats
+  int groups, Mg;       // filter groups of Mg filters (the last possibly fewer), each group's pairs in turn
+  int gl_max;           // groups a launch holds the weights of (shared memory): launches of gl_max groups
+  int g0, gl;           // this launch's first group and its number of groups
+  int bands;            // Cp / the channels a band holds
+  int per_image;        // 1: tiles start at each image's first position; 0: tiles run on across images
+  int tiles_per_image;  // ceil(Ho * W / (TILE - K + 1)) when per_image
+  int slab_rows;        // a tile's slab: TILE rows and the rows its taps reach below them
+  int band_bytes;       // one band of a slab: slab_rows rows of 4 ch bytes (hi, lo), rounded up to 1024
+  int slab_bytes;       // one slab buffer: bands * band_bytes
+  int nbuf;             // slab buffers: 2, or 1 where two do not fit beside the weights and the staging area
+  long long pixels;     // this launch's images' pixels: images * H * W (below 2^31: a chunk of planes)
+  long long tiles;      // this launch's tiles
+  FastDiv by_w, by_hw, by_tiles;  // W, H * W, tiles_per_image
+};
+
+// Fills t for shape s and the step's choices (tiles of `tile` positions; pixels and tiles are set per chunk of
+// images). Tiles per image (each starting at the image's first position) or running on across images: whichever
+// computes fewer positions that are never stored.
+inline void set_tiling(Tiling& t, const ConvShape& s, int64_t tile, int64_t Cp, int64_t bands, int64_t slab_rows,
+                       int64_t band_bytes, int64_t nbuf, int64_t groups, int64_t Mg, int64_t gl_max) {
+  const int64_t Ho = s.Ho(), Wo = s.Wo(), tout = tile - (s.K - 1);
+  t.H = int(s.H); t.W = int(s.W); t.Cp = int(Cp);
+  t.Ho = int(Ho); t.Wo = int(Wo); t.P = int(Ho * Wo); t.Mtot = int(s.M);
+  t.groups = int(groups); t.Mg = int(Mg); t.gl_max = int(gl_max); t.g0 = 0; t.gl = int(gl_max);
+  t.bands = int(bands);
+  t.tiles_per_image = int((Ho * s.W + tout - 1) / tout);
+  t.per_image = int64_t(t.tiles_per_image) * tout <= s.H * s.W;
+  t.slab_rows = int(slab_rows);
+  t.band_bytes = int(band_bytes);
+  t.slab_bytes = int(bands * band_bytes);
+  t.nbuf = int(nbuf);
+  t.pixels = t.tiles = 0;
+  t.by_w = FastDiv(uint32_t(s.W));
+  t.by_hw = FastDiv(uint32_t(s.H * s.W));
+  t.by_tiles = FastDiv(uint32_t(t.tiles_per_image));
+}
 
 // The first pixel (of the launch's planes) of tile t: tiles start at each image's first pixel (per_image) or run
 // on across images, TOUT outputs apart.
