@@ -37,7 +37,10 @@
 // stacked where C <= 4 (-sweep-c8-stacked.json, against -c8-bands): s11 (C=4 94x94 M=32 K=5) 14.1 -> 13.0, s36
 // (C=2, K=5) 1.93 -> 1.72, s20 2.33 -> 2.30, s15 (C=3 69x69 K=3) 3.82 -> 3.82; step 20 stays faster on s11 (9.19),
 // s15 (3.52), s36 and s39 (C=6). The sweep's geometric mean 2.99x -> 3.00x (2.998), its worst row s08 at 1.08x: in
-// the same runs cuDNN FP32's FFT got faster on s07 (140 -> 81 ms) and s23 (93 -> 82).
+// the same runs cuDNN FP32's FFT got faster on s07 (140 -> 81 ms) and s23 (93 -> 82). With split_images_stacked
+// built per C (-sweep-tiling.json): 3.03x, worst row s08 at 1.10x, though this step's times were 0.8% slower in
+// geometric mean than in -c8-stacked (as were the variants that did not change) and cuDNN FP32's 2.1% slower, its
+// FFT on s07 80.7 -> 127 ms and s23 85 -> 109: the figure moves with cuDNN's choice of algorithm between runs.
 // Nsight Compute on those rows (batch 2000, locked clocks): s11, this kernel 1.45 ms for each 904-image chunk of
 // planes (2 groups of 16 filters, N = 80, 3 steps) beside 156 us of split, step 20 2.42 ms for all 2000 images;
 // s06, 1.89 ms a chunk; warps stalled at the named barriers 3.5x (s06) to 9x (s20) as long as on memory, issue

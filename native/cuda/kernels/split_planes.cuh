@@ -139,6 +139,9 @@ static __global__ void split_images(const float* __restrict__ x, uint4* __restri
 // whose taps are rows h .. h + K - 1 then multiplies `rows` of them in one 8-channel step (step 30, C <= 4). Built
 // per C, so that j % C and j / C are constants: with C known only at run time the divisions made it issue-bound
 // (Nsight Compute on the sweep's s11, C = 4: 2.43 TB/s with issue slots 82% busy, where split_images moves 3.8).
+// Step 30 then, against the sweep before (results/bench-nvidia-h200-2026-11-29-sweep-tiling.json, -c8-stacked.json;
+// ms at batch 10000): s36 (C=2) 1.72 -> 1.63, s15 (C=3) 3.82 -> 3.73, s20 (C=3) 2.30 -> 2.28, s11 (C=4) 13.0 -> 13.1,
+// in a run whose unchanged variants were 0.5-1.2% slower in geometric mean than in the one before.
 template <int C>
 static __global__ void split_images_stacked(const float* __restrict__ x, uint4* __restrict__ xh,
                                             uint4* __restrict__ xl, int H, int W, int rows, long long total) {
