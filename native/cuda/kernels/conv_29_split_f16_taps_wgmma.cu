@@ -337,7 +337,7 @@ void conv_fwd_gpu_split_f16_taps_wgmma(const float* x, const float* k, float* y,
   if (!why.empty()) throw std::invalid_argument(why);
   if (s.B == 0 || s.M == 0) return;
 
-  const int64_t R = p.R, wgs = std::max<int64_t>(1, (R + 63) / 64), tout = TILE - (s.K - 1);
+  const int64_t R = p.R, wgs = std::max<int64_t>(1, (R + 63) / 64);
   const Kernel kernel = pick(R, s.K, p.ch);
   const int64_t G = p.groups, Mg = p.Mg;
   const auto group_filters = [&](int64_t g) { return std::min(Mg, s.M - g * Mg); };
@@ -357,15 +357,10 @@ void conv_fwd_gpu_split_f16_taps_wgmma(const float* x, const float* k, float* y,
               int(wgs), pieces);
       },
       [&](const __half* xh, const __half* xl, const __half* w, const __half*, int64_t b0, int64_t nb) {
-        p.pixels = nb * s.H * s.W;
-        p.tiles = p.per_image ? nb * p.tiles_per_image : (p.pixels + tout - 1) / tout;
-        const long long blocks = std::min(p.tiles, resident);
-        for (int64_t g0 = 0; g0 < G; g0 += p.gl_max) {
-          p.g0 = int(g0);
-          p.gl = int(std::min<int64_t>(p.gl_max, G - g0));
-          kernel<<<unsigned(blocks), unsigned(threads), smem, st>>>(
+        slab::queue_chunk(p, TILE, s.K, nb, resident, [&](unsigned blocks, int64_t g0) {
+          kernel<<<blocks, unsigned(threads), smem, st>>>(
               xh, xl, reinterpret_cast<const uint4*>(w) + g0 * (p.w_bytes / 16), y + b0 * s.M * p.P, p);
-        }
+        });
       });
 }
 

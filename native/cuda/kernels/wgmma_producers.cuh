@@ -5,6 +5,7 @@
 #pragma once
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "common/conv_shape.hpp"
@@ -61,6 +62,22 @@ inline void set_tiling(Tiling& t, const ConvShape& s, int64_t tile, int64_t Cp, 
   t.by_w = FastDiv(uint32_t(s.W));
   t.by_hw = FastDiv(uint32_t(s.H * s.W));
   t.by_tiles = FastDiv(uint32_t(t.tiles_per_image));
+}
+
+// Queues a chunk of nb images of the planes: t's pixels and tiles set for it, then launch(blocks, g0) for each
+// launch of at most gl_max groups (the weights shared memory holds), from group g0 on, its tiles over at most
+// `resident` persistent blocks.
+template <class Launch>
+void queue_chunk(Tiling& t, int64_t tile, int64_t K, int64_t nb, long long resident, Launch launch) {
+  const int64_t tout = tile - (K - 1);
+  t.pixels = nb * t.H * t.W;
+  t.tiles = t.per_image ? nb * t.tiles_per_image : (t.pixels + tout - 1) / tout;
+  const unsigned blocks = unsigned(std::min<long long>(t.tiles, resident));
+  for (int64_t g0 = 0; g0 < t.groups; g0 += t.gl_max) {
+    t.g0 = int(g0);
+    t.gl = int(std::min<int64_t>(t.gl_max, t.groups - g0));
+    launch(blocks, g0);
+  }
 }
 
 // The first pixel (of the launch's planes) of tile t: tiles start at each image's first pixel (per_image) or run
