@@ -41,6 +41,10 @@
 // built per C (-sweep-tiling.json): 3.03x, worst row s08 at 1.10x, though this step's times were 0.8% slower in
 // geometric mean than in -c8-stacked (as were the variants that did not change) and cuDNN FP32's 2.1% slower, its
 // FFT on s07 80.7 -> 127 ms and s23 85 -> 109: the figure moves with cuDNN's choice of algorithm between runs.
+// The course's layers (results/bench-nvidia-h200-2026-11-29-course-wgmma.json, NVBench, batch 10000; ms, the fastest
+// float32 variant before -> this step): fa18 conv2 (C=12 33x33 M=24 K=7) 3.41 (step 21) -> 2.50, fa19 conv2 (K=5)
+// 2.32 -> 1.63 (step 29 1.59); slower on sp18 and sp19 conv2 (C=6: 0.880 against step 21's 0.566, 0.485 against
+// 0.294) and on the C=1 first layers, where a fused conv + tanh + pool step is 3-11x faster.
 // Nsight Compute on those rows (batch 2000, locked clocks): s11, this kernel 1.45 ms for each 904-image chunk of
 // planes (2 groups of 16 filters, N = 80, 3 steps) beside 156 us of split, step 20 2.42 ms for all 2000 images;
 // s06, 1.89 ms a chunk; warps stalled at the named barriers 3.5x (s06) to 9x (s20) as long as on memory, issue
