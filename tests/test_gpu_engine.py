@@ -4,6 +4,8 @@ top run everywhere pyconv._gpu is built (CI included)."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from built_variants import CPU, GPU, GPU_VARIANTS, M3_PICK, needs, needs_m3_pick
@@ -595,6 +597,21 @@ def test_chunked_pass_from_pinned_memory_replays_one_graph(sp19):
     untimed = [net.forward(xp, impls, chunks=5, streams=3, op_times=False) for _ in range(3)]
     assert [r["replayed"] for r in untimed] == [False, True, True] and untimed[-1]["op_times"] == []
     np.testing.assert_array_equal(untimed[-1]["labels"], again["labels"])
+    assert untimed[-1]["gpu_ms"] is None
+    # The GPU's span of the same replayed pass: on the GPU's clock, within the host's clock of the call, and the
+    # same labels (the span's events are outside the graph: it still replays).
+    t0 = time.perf_counter()
+    spanned = net.forward(xp, impls, chunks=5, streams=3, op_times=False, gpu_span=True)
+    host_ms = (time.perf_counter() - t0) * 1e3
+    assert spanned["replayed"] and 0 < spanned["gpu_ms"] < host_ms
+    np.testing.assert_array_equal(spanned["labels"], again["labels"])
+    # A pageable chunked pass and a one-part pass measure theirs too (the same parts give the same labels; in one
+    # part only cuBLAS's algorithm for another number of rows may differ).
+    for chunks, same in ((5, 1.0), (1, 0.99)):
+        t0 = time.perf_counter()
+        r = net.forward(np.array(xp), impls, chunks=chunks, streams=3, op_times=False, gpu_span=True)
+        assert 0 < r["gpu_ms"] < (time.perf_counter() - t0) * 1e3, chunks
+        assert np.mean(r["labels"] == again["labels"]) >= same, chunks
     # The resident pass in parts: a time per rep, plain or replayed.
     ms = net.forward_resident(x, impls, warmup=2, reps=3, chunks=5, streams=3)
     assert len(ms) == 3 and all(t > 0 for t in ms)

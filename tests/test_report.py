@@ -61,6 +61,9 @@ def synthetic_result() -> dict:
                        "pinned_op_times_ms": timing.batch_stats([1.4], 10000),
                        "pinned_trace": {"first_copy_ms": 0.02, "copies_end_ms": 0.45, "gpu_end_ms": 0.55,
                                         "call_ms": 0.58, "copy_ms": 0.42, "activities": []},
+                       "pinned_span": {"host_ms": timing.batch_stats([1.3], 10000),
+                                       "gpu_ms": timing.batch_stats([1.2], 10000),
+                                       "host_share_ms": timing.batch_stats([0.1], 10000)},
                        "pipeline": [{"chunks": c, "streams": s,
                                      "pinned_ms": timing.batch_stats([1.0 + c / 10 + s], 10000)}
                                     for s in (2, 4) for c in (1, 4)]},
@@ -192,6 +195,9 @@ def test_end_to_end_tables_show_fc_math_and_the_pipeline_sweep():
     assert ("first copy starts 0.0200, copies end 0.450 (their own time 0.420), the GPU's last work ends 0.550, "
             "the call returns 0.580") in md
     assert "the final milestone prints its Op Time lines from: 1.40 ms" in md
+    # and without a trace: the host clock split into the GPU's span and the host's own share
+    assert ("host clock 1.30 ms, of which the GPU's span from just before the first copy to the pass's end (CUDA "
+            "events) 1.20 ms and the host's own share 0.100 ms") in md
 
 
 def test_the_pipeline_table_shows_the_taper_where_the_file_swept_it():

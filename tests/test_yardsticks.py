@@ -177,6 +177,11 @@ def test_goals_hold_pyconv_to_the_best_pytorch_configuration_and_the_copy_floor(
     x_res = got["sp19 end to end resident x the best PyTorch configuration"]
     assert x_res["measured"] == pytest.approx(1.0 / 0.25) and x_res["met"] is False
     assert got["sp19 end to end pinned"]["met"] is True and got["sp19 end to end resident"]["met"] is True
+    assert "note" not in got["sp19 end to end pinned"]  # no span measured in this entry
+    e["pyconv"]["pinned_span"] = {"gpu_ms": {"median": 0.42}, "host_share_ms": {"median": 0.03}}
+    got = {g["name"]: g for g in goals.check_goals({"parts": ["end_to_end"], "end_to_end": [e]})}
+    assert got["sp19 end to end pinned"]["note"] == ("of which the GPU's span from the first copy 0.42 ms, the "
+                                                     "host's own share 0.03 ms")
     floor = got["sp19 end to end pinned x the copy floor (uint8 batch, pinned host-to-device copy)"]
     assert floor["measured"] == pytest.approx(0.45 / 0.40) and floor["met"] is True
     e = _e2e_entry(pinned=0.6, resident=0.35, torch_pinned=4.7, compiled_pinned=3.5, floor=0.40)

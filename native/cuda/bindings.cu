@@ -317,7 +317,7 @@ PYBIND11_MODULE(_gpu, m) {
       .def(
           "forward",
           [](PyNetwork& self, const py::array& images, const std::vector<std::string>& impls, int chunks,
-             int streams, bool op_times, double taper, int tail_pieces) {
+             int streams, bool op_times, double taper, int tail_pieces, bool gpu_span) {
             const InputType t = check_images(images, self.input_shape);
             // the pass writes the labels here, not into a buffer copied after it
             py::array_t<int32_t> labels(py::ssize_t(images.shape(0)));
@@ -326,7 +326,7 @@ PYBIND11_MODULE(_gpu, m) {
             {
               py::gil_scoped_release release;
               r = self.net->forward(images.data(), t, images.shape(0), out, impls, chunks, streams, op_times, taper,
-                                    tail_pieces);
+                                    tail_pieces, gpu_span);
             }
             py::dict d;
             d["labels"] = labels;
@@ -335,19 +335,23 @@ PYBIND11_MODULE(_gpu, m) {
             d["passes"] = r.passes;
             d["rows_per_pass"] = r.rows_per_pass;
             d["replayed"] = r.replayed;
+            d["gpu_ms"] = gpu_span ? py::object(py::float_(r.gpu_ms)) : py::object(py::none());
             return d;
           },
           py::arg("images"), py::arg("impls"), py::arg("chunks") = 1, py::arg("streams") = 2,
           py::arg("op_times") = true, py::arg("taper") = 1.0, py::arg("tail_pieces") = GpuNetwork::kTailPieces,
+          py::arg("gpu_span") = false,
           "Predicted labels of images[N][C][H][W] (uint8 or float32). impls: one registry variant per conv layer.\n"
           "Returns dict(labels=int32[N], op_times=[seconds per conv layer], peak_bytes, passes, rows_per_pass,\n"
-          "replayed). chunks=1 times each conv as the course did (device sync, host clock, the conv, device sync);\n"
-          "chunks>1 splits the batch over `streams` streams (copies in order overlap compute), each part `taper`\n"
-          "times the one before (0 < taper <= 4), the last part's copy in tail_pieces pieces whose conv layers run\n"
-          "as each lands (1..64; where the first conv reads uint8 images), and times convs by\n"
+          "replayed, gpu_ms). chunks=1 times each conv as the course did (device sync, host clock, the conv,\n"
+          "device sync); chunks>1 splits the batch over `streams` streams (copies in order overlap compute), each\n"
+          "part `taper` times the one before (0 < taper <= 4), the last part's copy in tail_pieces pieces whose conv\n"
+          "layers run as each lands (1..64; where the first conv reads uint8 images), and times convs by\n"
           "events; from pinned memory the same chunked pass the second time on is one replayed CUDA graph\n"
           "(replayed=True). op_times=False: no per-layer timing (op_times is then empty), which also takes the\n"
           "timing's own cost out of the pass.\n"
+          "gpu_span=True: gpu_ms, the milliseconds on the GPU's clock from just before each pass's first copy to\n"
+          "the end of its last work (CUDA events, summed over passes); otherwise gpu_ms is None.\n"
           "A batch too large for the GPU is split into passes automatically (passes > 1).")
       .def(
           "forward_resident",

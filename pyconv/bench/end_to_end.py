@@ -74,6 +74,8 @@ def _measure_ours(model: Model, p: Plan, x: np.ndarray, xp: np.ndarray | None, l
         ours["pinned_ms"] = batch_stats(times, batch)
         ours["pinned_correctness"] = accuracy(r["labels"], labels)
         ours["peak_device_bytes"] = int(net.peak_bytes)  # before the sweep's other pipeline shapes grow buffers
+        ours["pinned_span"] = span_pass(lambda: net.forward(xp, impls, chunks, streams, False, taper, pieces, True),
+                                        warmup, reps, batch)
         # Right after the timed calls, so the traced pass is the same replayed graph.
         ours["pinned_trace"] = trace_pass(lambda: net.forward(xp, impls, chunks, streams, False, taper, pieces))
         # The same with the op-time events that the final milestone prints its Op Time lines from.
@@ -218,6 +220,23 @@ def _torch_end_to_end(torch, model: Model, x: np.ndarray, labels: np.ndarray, wa
 # CUDA graphs), one configuration per precision. Each costs minutes of compilation (its compile_s is recorded).
 COMPILED_CONFIGS = ("compiled-fp32", "compiled-tf32", "compiled-fp16-channels-last")
 COMPILE_MODE = "max-autotune"
+
+
+def span_pass(fn, warmup: int, reps: int, batch: int) -> dict:
+    """Where a pinned call's time goes without a trace (CUPTI slows the host's calls): the host clock of each call
+    beside its GPU span (gpu_ms: CUDA events from just before the first copy to the pass's end), and the host's own
+    share, their difference per call. `fn` runs the pass with gpu_span=True."""
+    spans: list[float] = []
+
+    def call():
+        r = fn()
+        spans.append(float(r["gpu_ms"]))
+        return r
+
+    host, _ = host_timed(call, warmup, reps)
+    gpu_ms = spans[warmup:]
+    return {"host_ms": batch_stats(host, batch), "gpu_ms": batch_stats(gpu_ms, batch),
+            "host_share_ms": batch_stats([h - g for h, g in zip(host, gpu_ms)], batch)}
 
 
 def trace_pass(fn) -> dict:

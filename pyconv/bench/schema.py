@@ -253,6 +253,9 @@ class Measured(Record):
     # pinned_ms without per-layer timing (files before it have none: their pinned_ms had the op-time events)
     pinned_op_times_ms: Stats | None = field(default=None, metadata=_conv(Stats.from_dict))
     pinned_trace: dict | None = None  # one pinned call under a CUPTI trace (pyconv.bench.end_to_end.trace_pass)
+    # pinned calls' host clock beside their GPU span, no trace (pyconv.bench.end_to_end.span_pass; files before it
+    # have none)
+    pinned_span: dict | None = None
     correctness: float | None = None
     pinned_correctness: float | None = None
     passes: int | None = None

@@ -328,6 +328,12 @@ def end_to_end_table(result: BenchResult) -> Table:
                            f"copy starts {num(tr['first_copy_ms'])}, copies end {num(tr['copies_end_ms'])} "
                            f"(their own time {num(tr['copy_ms'])}), the GPU's last work ends "
                            f"{num(tr['gpu_end_ms'])}, the call returns {num(tr['call_ms'])}")
+        sp = e.pyconv.pinned_span
+        if sp:
+            t.notes.append(f"{e.model} pyconv pinned, where the call's time goes (no trace, medians of the same calls): "
+                           f"host clock {num(sp['host_ms']['median'])} ms, of which the GPU's span from just before "
+                           f"the first copy to the pass's end (CUDA events) {num(sp['gpu_ms']['median'])} ms and the "
+                           f"host's own share {num(sp['host_share_ms']['median'])} ms")
         if e.pyconv.pinned_op_times_ms is not None:
             t.notes.append(f"{e.model} pyconv pinned ms without per-layer timing; with the op-time events the final "
                            f"milestone prints its Op Time lines from: {_ms(e.pyconv.pinned_op_times_ms)} ms")

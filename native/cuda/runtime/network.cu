@@ -620,7 +620,11 @@ bool GpuNetwork::capturable(const Plan& plan) {
 
 bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks,
                           int streams, double taper, int tail_pieces, bool op_times, int32_t* labels_out,
-                          std::vector<double>& op_seconds) {
+                          std::vector<double>& op_seconds, double* gpu_ms) {
+  if (gpu_ms && !span_start_) {
+    span_start_.emplace();
+    span_end_.emplace();
+  }
   const int64_t in_elems = C_ * H_ * W_;
   const size_t in_bytes = size_t(in_elems) * (type == InputType::U8 ? 1 : sizeof(float));
   if (std::min<int64_t>(chunks, rows) == 1 || plan.host_input) {
@@ -631,11 +635,14 @@ bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
     size_lane(L, rows, u8_on_device, plan.max_elems);
     note_peak();
     const float* host_x = plan.host_input ? stage_host_input(images, type, rows) : nullptr;
+    if (gpu_ms) span_start_->record(L.stream.get());
     const StagedInput in = stage_input(L, plan, images, type, rows, false, host_x);
     run_lane(L, rows, plan, op_times ? Timing::HostSync : Timing::None, op_seconds, nullptr, in.host_x, in.x_u8);
     CUDA_CHECK(cudaMemcpyAsync(labels_out, L.labels.get(), size_t(rows) * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                L.stream.get()));
+    if (gpu_ms) span_end_->record(L.stream.get());
     CUDA_CHECK(cudaStreamSynchronize(L.stream.get()));
+    if (gpu_ms) *gpu_ms += double(span_end_->since(*span_start_));
     return false;
   }
   // Pieces only where the first conv reads each piece's uint8 images where they land (nothing to stage).
@@ -662,6 +669,20 @@ bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
   // interleaved rounds, labels equal): 0.552 ms starting when the piece before has landed, 0.539 from the start,
   // against 0.517 with the copy. Reading across PCIe the conv took 63 us for what the copy engine moves in 55, and
   // the conv after it slowed beside it.
+  // Also tried and dropped for the tail after the last copy (probes of the sp19 pass, H200, host-timed calls in
+  // interleaved rounds, medians of 60-80 calls each, labels equal):
+  // - stream priorities, the later parts' lanes and the pieces' streams first, the graph instantiated with its
+  //   nodes' priorities (cudaGraphInstantiateFlagUseNodePriority): 0.536 ms against 0.532. The persistent convs
+  //   (steps 23 and 24) hold every SM until their images are done, so a later piece cannot start earlier; launched
+  //   with one image per block so that it could (priorities on), 0.558 (two images per block 0.536) against 0.522;
+  // - parts and pieces in whole waves of those grids (step 24: 528 images, step 23: 396 on 132 SMs), last pieces
+  //   of 396 to 1188 images: 0.529-0.557 against 0.534;
+  // - the last images as whole-network parts on lanes of their own, in shrinking sizes (6 to 9 parts, the last of
+  //   250-792 images): 0.526-0.570 against 0.522.
+  // After the last copy the GPU works off the parts before it as well as the last one; what remains is compute per
+  // image.
+  // The span starts where the copies queue (copy_stream_ is also the origin of a pageable pass).
+  if (gpu_ms) span_start_->record(copy_stream_->get());
   if (pinned)
     for (size_t p = 0; p + 1 < ck.piece_at.size(); ++p) queue_copy(ck, p, src, nullptr);
   const cudaStream_t origin = pinned ? pass_stream_->get() : copy_stream_->get();
@@ -669,8 +690,10 @@ bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
   const bool replayed = launch_chunks(origin, pinned && capturable(plan) ? &key : nullptr, [&] {
     queue_chunks(ck, src, pinned ? nullptr : images, false, type, plan, labels_host_.get(), origin);
   });
+  if (gpu_ms) span_end_->record(origin);
   // every lane is joined into the origin, and each waited for its copies
   CUDA_CHECK(cudaStreamSynchronize(origin));
+  if (gpu_ms) *gpu_ms += double(span_end_->since(*span_start_));
   for (size_t c = 0; c + 1 < ck.piece_at.size() && op_times; ++c) {
     const std::vector<Event>& ev = chunk_events_[c];
     for (size_t ci = 0; ci < conv_count_; ++ci) op_seconds[ci] += double(ev[2 * ci + 1].since(ev[2 * ci])) / 1e3;
@@ -681,7 +704,7 @@ bool GpuNetwork::run_pass(const uint8_t* images, InputType type, int64_t rows, c
 
 ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n, int32_t* labels,
                                   const std::vector<std::string>& impls, int chunks, int streams, bool op_times,
-                                  double taper, int tail_pieces) {
+                                  double taper, int tail_pieces, bool gpu_span) {
   if (n < 1) throw std::invalid_argument("forward: need at least one image");
   if (chunks < 1 || streams < 1) throw std::invalid_argument("forward: chunks and streams must be >= 1");
   check_taper(taper, "forward");
@@ -704,10 +727,11 @@ ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n,
   while (done < n) {
     const int64_t rows = std::min(pass_rows, n - done);
     std::vector<double> pass_seconds(conv_count_, 0.0);  // kept only if the pass completes
+    double pass_gpu_ms = 0;
     bool replayed = false;
     try {
       replayed = run_pass(img + size_t(done) * in_bytes, type, rows, plan, chunks, streams, taper, tail_pieces,
-                          op_times, labels + done, pass_seconds);
+                          op_times, labels + done, pass_seconds, gpu_span ? &pass_gpu_ms : nullptr);
     } catch (const CudaError& e) {
       if (e.code != cudaErrorMemoryAllocation) throw;
       // Let queued work finish before its buffers go, then retry this part of the batch in halves.
@@ -721,6 +745,7 @@ ForwardResult GpuNetwork::forward(const void* images, InputType type, int64_t n,
       continue;
     }
     for (size_t i = 0; i < conv_count_; ++i) r.op_seconds[i] += pass_seconds[i];
+    r.gpu_ms += pass_gpu_ms;
     r.replayed = (r.passes == 0 || r.replayed) && replayed;
     done += rows;
     ++r.passes;

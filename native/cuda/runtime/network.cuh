@@ -82,6 +82,9 @@ struct ForwardResult {
   int passes = 0;                  // > 1 when the batch was split because it did not fit
   int64_t rows_per_pass = 0;
   bool replayed = false;           // every pass ran as a replayed CUDA graph
+  // forward(..., gpu_span=true): milliseconds on the GPU's clock from just before the first copy of each pass to
+  // the end of its last work (CUDA events), summed over the passes; the rest of the call's time is the host's.
+  double gpu_ms = 0;
 };
 
 // The steps of a plan GpuNetwork::run_lane queues: [begin, end), on the rows of a part from row0 on (only the
@@ -114,7 +117,7 @@ class GpuNetwork {
   static constexpr int kMaxTailPieces = 64;
   ForwardResult forward(const void* images, InputType type, int64_t n, int32_t* labels,
                         const std::vector<std::string>& impls, int chunks = 1, int streams = 2, bool op_times = true,
-                        double taper = 1.0, int tail_pieces = kTailPieces);
+                        double taper = 1.0, int tail_pieces = kTailPieces, bool gpu_span = false);
   // The images stay on the device; each rep times the whole network (conversion, every layer, argmax) by
   // CUDA events on one stream. Returns milliseconds per rep.
   // chunks > 1: the batch in parts on `streams` streams as forward runs it (the copies left out), the parts of
@@ -210,8 +213,10 @@ class GpuNetwork {
                         std::vector<Event>* events, const float* host_x, const uint8_t* x_u8,
                         int32_t* labels = nullptr, StepSpan span = {}, cudaStream_t stream = nullptr);
   // Returns true when the pass ran as a replayed graph.
+  // gpu_ms: null, or where the pass's GPU span (ForwardResult::gpu_ms) is added.
   bool run_pass(const uint8_t* images, InputType type, int64_t rows, const Plan& plan, int chunks, int streams,
-                double taper, int tail_pieces, bool op_times, int32_t* labels_out, std::vector<double>& op_seconds);
+                double taper, int tail_pieces, bool op_times, int32_t* labels_out, std::vector<double>& op_seconds,
+                double* gpu_ms);
   // What a captured pass depends on: when all of it is unchanged, the graph replays the same work.
   struct GraphKey {
     std::vector<const void*> ptrs;
@@ -283,6 +288,8 @@ class GpuNetwork {
   // forked from the part's lane (forked_[piece]) and joined back before its FC steps (pieced_[piece]).
   std::vector<Stream> piece_streams_;
   std::vector<Event> forked_, pieced_;
+  // forward(..., gpu_span=true): a pass's first and last marks on the GPU's clock (made at the first such call)
+  std::optional<Event> span_start_, span_end_;
   // The pieces' scratch (StepSpan::scratch): each piece's rows of the part at the plan's piece_elems per image.
   DeviceBuffer<float> piece_scratch_[2];
   // forward's last plan and what it was made for: making one costs the host microseconds before the first copy
