@@ -82,11 +82,11 @@ class Verdict:
     impls: tuple[str, ...] | None = None
     # how that configuration's fully connected layers multiplied (FC_MATHS); None: not recorded (TF32 then)
     fc_math: str | None = None
-    # the pipeline taper final runs these weights with: the same run's sweep (pyconv.bench.evidence.pipeline_taper);
+    # the pipeline taper final runs these weights with: the same run's sweep (pyconv.bench.evidence.pipeline_shape);
     # 1 (equal parts) where the file does not record it
     taper: float = 1.0
-    # the pieces final copies its last part in: the same run's sweep (pyconv.bench.evidence.pipeline_tail_pieces);
-    # 1 where the file does not record it
+    # the pieces final copies its last part in: the same run's sweep (pyconv.bench.evidence.pipeline_shape; never
+    # beside a taper other than 1); 1 where the file does not record it
     tail_pieces: int = 1
 
 

@@ -60,7 +60,7 @@ PRECISIONS = ("auto", "fp32", "reduced", "reduced-fc-tf32", "tf32", "fc-tf32")
 FINAL_CHUNKS = 4
 STREAMS = 4
 # Each of final's parts holds `taper` times the images of the part before (GpuNetwork::forward): 1 unless the
-# precision verdict for these weights (the end-to-end bench, pyconv.bench.evidence.pipeline_taper) found another
+# precision verdict for these weights (the end-to-end bench, pyconv.bench.evidence.pipeline_shape) found another
 # taper faster in its pipeline sweep. Below 1 the last part, the only compute after the last copy, is the smallest,
 # which helps where each part computes well under its copy's time; on sp19 a 2500-image part computes in ~100 us
 # against its copy's 107 (the FC layers cost twice their share at that size), and the sweeps put taper 0.7-0.9 within
@@ -70,7 +70,7 @@ STREAMS = 4
 FINAL_TAPER = 1.0
 # final's last part is copied in pieces, its conv layers running on each piece as it lands and its FC layers on the
 # whole part after the last (GpuNetwork::forward's tail_pieces), where the precision verdict for these weights
-# found that faster in its pipeline sweep (pyconv.bench.evidence.pipeline_tail_pieces); else in one piece
+# found that faster in its pipeline sweep (pyconv.bench.evidence.pipeline_shape); else in one piece
 # (FINAL_TAIL_PIECES). What computes after the last copy is then the last piece's conv layers and the part's FC
 # layers. sp19 pinned on an H200, 4 parts on 4 streams, the sweep's shapes timed in rounds: 0.537 ms in 1 piece,
 # 0.519 in 2, 0.537 in 3, 0.545 in 4 (at 3-6 parts 2 pieces gained 2-5%, at 8 nothing; final's own measurement

@@ -212,6 +212,32 @@ def test_a_verdict_records_the_tail_pieces_its_pipeline_sweep_found_fastest(tmp_
                       r"malformed.*tail_pieces' must be an integer in 1\.\.64")
 
 
+def test_a_verdict_never_pairs_a_taper_with_tail_pieces_the_sweep_never_timed_together():
+    """The sweep times tapers in one piece and pieces at equal parts: where both beat their baselines, the verdict
+    keeps the one whose rows are faster over the chunk counts both were swept at, never the two together."""
+    def entry(digest, tapered, pieced, chunks=(3, 4, 5)):
+        pipeline = [{"chunks": c, "streams": 4, "taper": t, "tail_pieces": 1, "pinned_ms": {"median": ms}}
+                    for t, times in tapered.items() for c, ms in zip(chunks, times, strict=True)]
+        pipeline += [{"chunks": c, "streams": 4, "taper": 1.0, "tail_pieces": 2, "pinned_ms": {"median": ms}}
+                     for c, ms in zip((3, 4, 5), pieced, strict=True)]
+        return dict(verdict(digest, True), streams=4, chunks=4, pyconv={"differ_vs_pytorch": 0, "pipeline": pipeline})
+
+    equal = [0.560, 0.550, 0.555]
+    taper_faster = entry("t", {1.0: equal, 0.8: [0.520, 0.515, 0.518]}, [0.535, 0.530, 0.532])
+    pieces_faster = entry("p", {1.0: equal, 0.8: [0.530, 0.528, 0.531]}, [0.520, 0.515, 0.518])
+    # tapers swept at other chunk counts than the pieces: nothing to compare them at, the pieces (final's count)
+    apart = entry("a", {1.0: equal, 0.8: [0.50, 0.50, 0.50]}, [0.520, 0.515, 0.518], chunks=(6, 8, 10))
+    apart["pyconv"]["pipeline"] += [{"chunks": c, "streams": 4, "taper": 1.0, "tail_pieces": 1,
+                                     "pinned_ms": {"median": ms}} for c, ms in zip((3, 4, 5), equal, strict=True)]
+    ev = build.merge(None, run("2000-01-01", e2e=[taper_faster, pieces_faster, apart]), "a.json")
+    got = {d: (v.taper, v.tail_pieces) for d, v in ev.verdicts.items()}
+    assert got == {"t": (0.8, 1), "p": (1.0, 2), "a": (1.0, 2)}
+    # each alone beat its baseline, so each would have been taken on its own
+    for digest in ("t", "p"):
+        e = run("2000-01-01", e2e=[taper_faster if digest == "t" else pieces_faster]).end_to_end[0]
+        assert (build.pipeline_taper(e), build.pipeline_tail_pieces(e)) == (0.8, 2)
+
+
 def check_saved_field(ev, path, field: str, digest: str, value, default, bad, match: str) -> None:
     """A verdict field through the evidence file: saved and loaded back (digest's verdict holds value), a file
     written before the field gives every verdict the default, and each of `bad` is refused with `match`."""

@@ -95,6 +95,25 @@ def pipeline_tail_pieces(e: schema.EndToEnd) -> int:
     return _fastest(rows, lambda r: r.tail_pieces, 1, PIECES_MARGIN)
 
 
+def pipeline_shape(e: schema.EndToEnd) -> tuple[float, int]:
+    """(taper, tail_pieces) final runs these weights with: pipeline_taper's and pipeline_tail_pieces's choices,
+    but never both, because the sweep times tapers in one piece and pieces at equal parts, never the two together:
+    where each beat its baseline, the one whose rows have the lower median over the chunk counts both were swept at
+    (on sp19 both did in one run, taper 0.8 at a median 0.528 ms and 2 pieces at 0.530:
+    results/bench-e2e-nvidia-h200-2026-11-29-sp19-span.json)."""
+    taper, pieces = pipeline_taper(e), pipeline_tail_pieces(e)
+    if taper == 1 or pieces == 1:
+        return taper, pieces
+    rows = [r for r in e.pyconv.pipeline if r.streams == e.streams and r.pinned_ms and r.pinned_ms.median]
+    tapered = {r.chunks: r.pinned_ms.median for r in rows if r.taper == taper and r.tail_pieces == 1}
+    pieced = {r.chunks: r.pinned_ms.median for r in rows if r.taper == 1 and r.tail_pieces == pieces}
+    both = tapered.keys() & pieced.keys()
+    if not both:
+        return 1.0, pieces  # no common chunk count to compare at: the pieces, chosen near final's own count
+    t, p = (statistics.median(d[c] for c in both) for d in (tapered, pieced))
+    return (taper, 1) if t < p else (1.0, pieces)
+
+
 def merge(ev: Evidence | None, result: BenchResult, source: str) -> Evidence | None:
     """`ev` with this run's measurements: a shape's ranking replaced by a newer run that measured every variant,
     or updated variant by variant by a run limited with --variants; a model's precision verdict replaced by a newer
@@ -129,8 +148,7 @@ def merge(ev: Evidence | None, result: BenchResult, source: str) -> Evidence | N
                 candidate, impls, fc = e.pyconv_reduced, e.pyconv_reduced.impls, e.pyconv_reduced.fc_math
             verdicts[e.model_digest] = Verdict(e.model, e.model_digest, bool(e.reduced_precision_ok), result.date,
                                                source, candidate.differ_vs_pytorch,
-                                               tuple(impls) if impls else None, fc, pipeline_taper(e),
-                                               pipeline_tail_pieces(e))
+                                               tuple(impls) if impls else None, fc, *pipeline_shape(e))
     return Evidence(gpu=ev.gpu, layers=layers, verdicts=verdicts, fallback_order=fallback_order(layers.values()),
                     path=ev.path)
 
