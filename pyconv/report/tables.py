@@ -330,8 +330,8 @@ def end_to_end_table(result: BenchResult) -> Table:
                            f"{num(tr['gpu_end_ms'])}, the call returns {num(tr['call_ms'])}")
         sp = e.pyconv.pinned_span
         if sp:
-            t.notes.append(f"{e.model} pyconv pinned, where the call's time goes (no trace, medians of the same calls): "
-                           f"host clock {num(sp['host_ms']['median'])} ms, of which the GPU's span from just before "
+            t.notes.append(f"{e.model} pyconv pinned, where the call's time goes (no trace, medians of the same "
+                           f"calls): host clock {num(sp['host_ms']['median'])} ms, of which the GPU's span from just before "
                            f"the first copy to the pass's end (CUDA events) {num(sp['gpu_ms']['median'])} ms and the "
                            f"host's own share {num(sp['host_share_ms']['median'])} ms")
         if e.pyconv.pinned_op_times_ms is not None:
