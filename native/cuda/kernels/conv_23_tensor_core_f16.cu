@@ -63,6 +63,9 @@ constexpr size_t kSmemLimit = 220 * 1024;  // per block, opted in (sm_90 allows 
 // warps take three (1 x 6: 80 registers. With an earlier epilogue, on sp19 conv2: 0.147 ms against 0.150 with two
 // blocks of 116 registers, and 0.154 with 3 n-tiles per warp in two blocks of 14 warps; H200, NVBench, batch
 // 10000, measured while developing).
+// Four blocks of 1 x 6 (72 registers through __maxnreg__, 40 bytes spilled) were slower: sp19 conv2 0.143 ms
+// against 0.139, and the sp19 pinned pass unchanged (0.517 ms both; H200, NVBench and host-timed calls, a probe build
+// with both kernels side by side).
 __host__ __device__ constexpr int min_blocks(int acc_tiles) { return acc_tiles == 6 ? 3 : 2; }
 
 struct F16Params {
