@@ -331,9 +331,9 @@ def end_to_end_table(result: BenchResult) -> Table:
         sp = e.pyconv.pinned_span
         if sp:
             t.notes.append(f"{e.model} pyconv pinned, where the call's time goes (no trace, medians of the same "
-                           f"calls): host clock {num(sp['host_ms']['median'])} ms, of which the GPU's span from just before "
-                           f"the first copy to the pass's end (CUDA events) {num(sp['gpu_ms']['median'])} ms and the "
-                           f"host's own share {num(sp['host_share_ms']['median'])} ms")
+                           f"calls): host clock {num(sp['host_ms']['median'])} ms, of which the GPU's span from just "
+                           f"before the first copy to the pass's end (CUDA events) {num(sp['gpu_ms']['median'])} ms "
+                           f"and the host's own share {num(sp['host_share_ms']['median'])} ms")
         if e.pyconv.pinned_op_times_ms is not None:
             t.notes.append(f"{e.model} pyconv pinned ms without per-layer timing; with the op-time events the final "
                            f"milestone prints its Op Time lines from: {_ms(e.pyconv.pinned_op_times_ms)} ms")
