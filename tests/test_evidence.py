@@ -213,8 +213,9 @@ def test_a_verdict_records_the_tail_pieces_its_pipeline_sweep_found_fastest(tmp_
 
 
 def test_a_verdict_never_pairs_a_taper_with_tail_pieces_the_sweep_never_timed_together():
-    """The sweep times tapers in one piece and pieces at equal parts: where both beat their baselines, the verdict
-    keeps the one whose rows are faster over the chunk counts both were swept at, never the two together."""
+    """Tapers are timed in one piece and pieces at equal parts: where both beat their baselines, the verdict keeps
+    the one whose rows are faster over the chunk counts both were swept at, never the two together untimed; a timed
+    combination is taken where it beats that one by PIECES_MARGIN."""
     def entry(digest, tapered, pieced, chunks=(3, 4, 5)):
         pipeline = [{"chunks": c, "streams": 4, "taper": t, "tail_pieces": 1, "pinned_ms": {"median": ms}}
                     for t, times in tapered.items() for c, ms in zip(chunks, times, strict=True)]
@@ -232,6 +233,17 @@ def test_a_verdict_never_pairs_a_taper_with_tail_pieces_the_sweep_never_timed_to
     ev = build.merge(None, run("2000-01-01", e2e=[taper_faster, pieces_faster, apart]), "a.json")
     got = {d: (v.taper, v.tail_pieces) for d, v in ev.verdicts.items()}
     assert got == {"t": (0.8, 1), "p": (1.0, 2), "a": (1.0, 2)}
+    # a timed combination of the two (a shrinking last part in pieces) is taken where it beats the better of them
+    # by PIECES_MARGIN over the chunk counts all were swept at, and not within it
+    def combined(digest, times):
+        e = entry(digest, {1.0: equal, 0.8: [0.520, 0.515, 0.518]}, [0.535, 0.530, 0.532])
+        e["pyconv"]["pipeline"] += [{"chunks": c, "streams": 4, "taper": 0.8, "tail_pieces": 2,
+                                     "pinned_ms": {"median": ms}} for c, ms in zip((3, 4, 5), times, strict=True)]
+        return e
+
+    ev = build.merge(None, run("2000-01-01", e2e=[combined("c", [0.505, 0.500, 0.510]),
+                                                  combined("n", [0.515, 0.512, 0.516])]), "a.json")
+    assert {d: (v.taper, v.tail_pieces) for d, v in ev.verdicts.items()} == {"c": (0.8, 2), "n": (0.8, 1)}
     # each alone beat its baseline, so each would have been taken on its own
     for digest in ("t", "p"):
         e = run("2000-01-01", e2e=[taper_faster if digest == "t" else pieces_faster]).end_to_end[0]

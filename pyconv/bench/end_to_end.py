@@ -29,6 +29,10 @@ TAPER_CHUNKS = (3, 4, 5, 6, 8)
 # Then equal parts on 4 streams with the last part's copy in pieces (tail_pieces; every other row has one piece).
 PIPELINE_TAIL_PIECES = (2, 3, 4)
 PIECES_CHUNKS = (3, 4, 5, 6, 8)
+# Then both at once: a shrinking last part in pieces (a verdict runs a combination only where it was timed:
+# pyconv.bench.evidence.pipeline_shape).
+COMBINED_TAPERS = (0.9, 0.8, 0.7)
+COMBINED_PIECES = (2, 3)
 # The sweep's shapes are timed in rounds, each round every shape in turn (a share of the reps each): a drift over
 # the sweep's seconds then moves every shape alike instead of the shapes timed last. Timed one after another, one
 # shape's two measurements in one run differed by up to 6% (final's pinned time and its sweep row, sp19 on an H200:
@@ -37,7 +41,8 @@ PIECES_CHUNKS = (3, 4, 5, 6, 8)
 PIPELINE_ROUNDS = 4
 PIPELINE_SHAPES = ([(c, st, 1.0, 1) for st in PIPELINE_STREAMS for c in PIPELINE_CHUNKS]
                    + [(c, 4, t, 1) for t in PIPELINE_TAPERS for c in TAPER_CHUNKS]
-                   + [(c, 4, 1.0, q) for q in PIPELINE_TAIL_PIECES for c in PIECES_CHUNKS])
+                   + [(c, 4, 1.0, q) for q in PIPELINE_TAIL_PIECES for c in PIECES_CHUNKS]
+                   + [(c, 4, t, q) for t in COMBINED_TAPERS for q in COMBINED_PIECES for c in TAPER_CHUNKS])
 
 
 def final_plan(model: Model, batch: int, precision: str) -> Plan:

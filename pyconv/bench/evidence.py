@@ -96,22 +96,34 @@ def pipeline_tail_pieces(e: schema.EndToEnd) -> int:
 
 
 def pipeline_shape(e: schema.EndToEnd) -> tuple[float, int]:
-    """(taper, tail_pieces) final runs these weights with: pipeline_taper's and pipeline_tail_pieces's choices,
-    but never both, because the sweep times tapers in one piece and pieces at equal parts, never the two together:
-    where each beat its baseline, the one whose rows have the lower median over the chunk counts both were swept at
-    (on sp19 both did in one run, taper 0.8 at a median 0.528 ms and 2 pieces at 0.530:
-    results/bench-e2e-nvidia-h200-2026-11-29-sp19-span.json)."""
+    """(taper, tail_pieces) final runs these weights with, always a shape the sweep timed: pipeline_taper's choice
+    in one piece or pipeline_tail_pieces's at equal parts, whichever has the lower median over the chunk counts both
+    were swept at (never the two together untimed: on sp19 both beat their baselines in one run, taper 0.8 at a
+    median 0.528 ms and 2 pieces at 0.530, results/bench-e2e-nvidia-h200-2026-11-29-sp19-span.json); or a timed
+    combination of a taper and pieces (COMBINED_TAPERS x COMBINED_PIECES in the bench) where it beats that choice by
+    PIECES_MARGIN over the chunk counts all were swept at."""
     taper, pieces = pipeline_taper(e), pipeline_tail_pieces(e)
-    if taper == 1 or pieces == 1:
-        return taper, pieces
     rows = [r for r in e.pyconv.pipeline if r.streams == e.streams and r.pinned_ms and r.pinned_ms.median]
-    tapered = {r.chunks: r.pinned_ms.median for r in rows if r.taper == taper and r.tail_pieces == 1}
-    pieced = {r.chunks: r.pinned_ms.median for r in rows if r.taper == 1 and r.tail_pieces == pieces}
-    both = tapered.keys() & pieced.keys()
-    if not both:
-        return 1.0, pieces  # no common chunk count to compare at: the pieces, chosen near final's own count
-    t, p = (statistics.median(d[c] for c in both) for d in (tapered, pieced))
-    return (taper, 1) if t < p else (1.0, pieces)
+
+    def times(shape: tuple[float, int]) -> dict[int, float]:
+        return {r.chunks: r.pinned_ms.median for r in rows if (r.taper, r.tail_pieces) == shape}
+
+    def median(shape: tuple[float, int], chunks: set[int]) -> float:
+        return statistics.median(times(shape)[c] for c in chunks)
+
+    single = (taper, 1) if pieces == 1 else (1.0, pieces)
+    if taper != 1 and pieces != 1:
+        both = times((taper, 1)).keys() & times((1.0, pieces)).keys()
+        if both:  # else the pieces, chosen near final's own chunk count
+            single = min([(taper, 1), (1.0, pieces)], key=lambda s: median(s, both))
+    combined = sorted({(r.taper, r.tail_pieces) for r in rows if r.taper != 1 and r.tail_pieces > 1})
+    chunks = set(times(single))
+    for c in combined:
+        chunks &= times(c).keys()
+    if not combined or not chunks:
+        return single
+    best = min(combined, key=lambda s: median(s, chunks))
+    return best if median(best, chunks) < (1 - PIECES_MARGIN) * median(single, chunks) else single
 
 
 def merge(ev: Evidence | None, result: BenchResult, source: str) -> Evidence | None:
