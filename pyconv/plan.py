@@ -64,8 +64,9 @@ STREAMS = 4
 # taper faster in its pipeline sweep. Below 1 the last part, the only compute after the last copy, is the smallest,
 # which helps where each part computes well under its copy's time; on sp19 a 2500-image part computes in ~100 us
 # against its copy's 107 (the FC layers cost twice their share at that size), and the sweeps put taper 0.7-0.9 within
-# the noise of 1 until one put 0.8 4% ahead (median over 3-8 parts 0.528 ms against 0.550: results/
-# bench-e2e-nvidia-h200-2026-11-29-sp19-span.json, where 2 tail pieces at equal parts took 0.530). Above 1 the
+# the noise of 1 until one put 0.8 4% ahead (median over 3-8 parts 0.528 ms against 0.550), level with 2 tail
+# pieces at equal parts (0.530: results/bench-e2e-nvidia-h200-2026-11-29-sp19-span.json); in the next run 2 pieces
+# led 0.8 by 0.4% (0.518 against 0.520, and 0.8 in 2 pieces 0.520: -sp19-combined.json). Above 1 the
 # first copy, which nothing computes beside, is the smallest: fa19, which computes five times slower than it copies,
 # ran 2.49-2.52 ms at taper 2 against 2.63-2.67 at 1 (4-8 chunks on 4 streams,
 # results/bench-e2e-nvidia-h200-2026-11-24-sp19-fa17-fa19-sp18-labels.json).
