@@ -171,7 +171,7 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
         _check_count(reps, "--reps", 1)
     # Where the JSON goes is checked now: a benchmark takes minutes, and an unwritable --out found at the end
     # would lose them (the default name, known only after the run, lies in results/).
-    check_writable(Path(out) if out else paths.RESULTS / f"bench-{os.getpid()}.json", "--out")
+    check_writable(Path(out) if out else paths.RESULTS / paths.RUNS_DIR / f"bench-{os.getpid()}.json", "--out")
     if out:
         tags.refuse_existing(out)
     parts, note = parse_parts(cpu, gpu, end_to_end, _gpu_available(), sweep)
