@@ -90,13 +90,15 @@ def test_results_stay_under_3_mb():
 
 
 # ------------------------------------------------------------------------------------------------ the archive
-ROW = re.compile(r"^\| `(?P<name>[^`]+)` \| `(?P<sha>[0-9a-f]{64})` \| `(?P<commit>[0-9a-f]{40})` \| (?P<what>.+) \|$")
+ENTRY = re.compile(r"^- `(?P<name>[^`/]+)`\n  sha256 `(?P<sha>[0-9a-f]{64})`\n  removed by `(?P<commit>[0-9a-f]{40})`\n"
+                   r"(?P<what>(?:  \S.*\n)+)", re.MULTILINE)
 
 
 def archive_rows():
     text = (ROOT / "results" / "ARCHIVE.md").read_text()
-    rows = [m.groupdict() for m in map(ROW.match, text.splitlines()) if m]
+    rows = [m.groupdict() for m in ENTRY.finditer(text)]
     assert rows, "results/ARCHIVE.md lists no file"
+    assert len(rows) == text.count("\n- `"), "an entry of results/ARCHIVE.md is not in the form the others are"
     return rows
 
 
