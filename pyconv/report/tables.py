@@ -639,9 +639,9 @@ def ladder_plot(layer: LayerResult, gpu: str, dest: Path) -> tuple[Path, bytes]:
         if s is not None and s.median:
             ax.axhline(s.median, color=colour, linestyle=style, linewidth=1.4, label=f"{label} {num(s.median)} ms")
             values.append(s.median)
-    floors = [(layer.floor_ms, "roofline floor (conv)", ":")]
+    floors = [(layer.floor_ms, "FP32 roofline floor (conv)", ":")]
     if fused_site and layer.floor_tanh_pool_ms:
-        floors.append((layer.floor_tanh_pool_ms, "roofline floor (pooled output)", "-."))
+        floors.append((layer.floor_tanh_pool_ms, "FP32 roofline floor (pooled output)", "-."))
     for f, label, style in floors:
         if f:
             ax.axhline(f, color="black", linestyle=style, linewidth=1.2, label=f"{label} {num(f)} ms")
