@@ -17,7 +17,6 @@ from test_report import synthetic_result
 from pyconv.bench import promote as promote_mod
 from pyconv.core.errors import PyconvError
 from pyconv.report import tables as report
-from pyconv.tools import leaderboard
 
 README = "# P\n\n<!-- bench:begin -->\nold\n<!-- bench:end -->\n\nafter\n"
 
@@ -116,6 +115,9 @@ def test_every_archived_file_is_in_git_history_with_its_sha256():
     shallow = git("rev-parse", "--is-shallow-repository")
     if shallow.returncode != 0 or shallow.stdout.strip() != b"false":
         pytest.skip("no full git history here (not a checkout, or a shallow clone)")
+    roots = git("rev-list", "--max-parents=0", "HEAD").stdout.split()
+    if any(git("cat-file", "-e", f"{r.decode()}:results/ARCHIVE.md").returncode == 0 for r in roots):
+        pytest.skip("this history begins after the files were archived (a student handout, a squashed copy)")
     for row in archive_rows():
         if git("cat-file", "-e", f"{row['commit']}^{{commit}}").returncode != 0:
             pytest.fail(f"{row['name']}: commit {row['commit']} is not in this history")
@@ -137,6 +139,7 @@ def overlapping(fig, texts) -> list[tuple[str, str]]:
 def test_leaderboard_tick_labels_do_not_run_together_at_large_times():
     import matplotlib.pyplot as plt
 
+    leaderboard = pytest.importorskip("pyconv.tools.leaderboard", reason="a student handout has no leaderboard")
     rows = [{"rank": 1, "team": "a", "op_times": [40.0, 60.0]}, {"rank": 2, "team": "b", "op_times": [50.0, 75.0]}]
     fig = leaderboard.figure("2", rows, 112.5)
     try:
