@@ -290,7 +290,8 @@ def sanitize(c, tools=None, variants=None, milestone="3", model=None, batch="64"
             "gpu": "benchmark the GPU variants against cuDNN (the default where a GPU is visible)",
             "end_to_end": "time the whole network (resident, pinned, pageable) against PyTorch + cuDNN, and trace "
                           "one pinned call (CUPTI: where its time goes)",
-            "out": "JSON to write (default results/bench-<gpu-slug>-<date>.json, or bench-cpu-<cpu>-<date>.json)",
+            "out": "JSON to write (default results/runs/bench-<gpu-slug>-<date>.json, or "
+                   "bench-cpu-<cpu>-<date>.json; `invoke promote` moves a run into results/)",
             "variants": "only these variants, comma-separated (GPU and/or CPU registry names)",
             "gpus": "--end-to-end: also measure scaling over 1..N GPUs (N or 'all'; default 1)",
             "compiled": "--end-to-end: models also timed against torch.compile max-autotune (FP32, TF32, fp16 "
@@ -300,15 +301,14 @@ def sanitize(c, tools=None, variants=None, milestone="3", model=None, batch="64"
 @user_errors
 def bench(c, model=None, batch=None, reps=None, warmup=None, cpu=False, gpu=False, end_to_end=False, out=None,
           variants=None, gpus="1", compiled=None, sweep=False):
-    """Every variant on every conv layer: op time, GFLOP/s, GB/s, % of roofline, x cuDNN; JSON under results/."""
+    """Every variant on every conv layer: op time, GFLOP/s, GB/s, % of roofline, x cuDNN; JSON in results/runs/."""
     from pyconv.bench import run as b
 
     b.run(model=model, batch=batch, reps=reps, warmup=warmup, cpu=cpu, gpu=gpu, end_to_end=end_to_end, out=out,
           variants=variants, gpus=gpus, compiled=compiled, sweep=sweep)
 
 
-@task(help={"json": "bench JSON file(s) to report on, comma-separated (default: every bench-*.json in results/ for "
-                    "the page; for --readme, the files the README's summary names)",
+@task(help={"json": "bench JSON file(s) to report on, comma-separated (default: every bench-*.json in results/)",
             "out": "Markdown page to write (default results/report.md; plots go beside it)",
             "readme": "also regenerate README.md's summary table (between <!-- bench:begin --> and "
                       "<!-- bench:end -->) and its models table"})
@@ -322,6 +322,18 @@ def report(c, json=None, out=None, readme=False):
     if readme:
         results = None if json is None else [(r.source_name(src), r.load(src)) for src in r.sources_of(json)]
         print(f"rewrote the benchmark summary of {r.update_readme(results)}")
+
+
+@task(help={"run": "the bench JSON to move into results/ (new runs are written to results/runs/)"},
+      positional=["run"])
+@user_errors
+def promote(c, run=None):
+    """Move a bench run into results/; regenerate the evidence, results/report.md and the README's summary."""
+    from pyconv.bench.promote import promote as move
+
+    if run is None:
+        raise Exit("error: name the run: invoke promote results/runs/bench-....json", code=1)
+    move(run)
 
 
 # --- teachers' tasks (left out of a student handout) ---

@@ -546,9 +546,16 @@ def test_gpu_layer_bookkeeping_with_a_stand_in(tmp_path, rng, monkeypatch):
     monkeypatch.setattr(paths, "RESULTS", tmp_path / "results")
     lines.clear()
     _, dest = bench.run(model=str(path), batch=40, reps=3, warmup=1, gpu=True, echo=lines.append)
-    assert dest.parent == tmp_path / "results"
+    assert dest.parent == tmp_path / "results" / "runs"  # a new run stays out of results/ until promoted
+    assert not (tmp_path / "results" / "evidence").exists() and not any(s.startswith("updated ") for s in lines)
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- bench:begin -->\n<!-- bench:end -->\n")
+    from pyconv.bench import promote
+
+    dest = promote.promote(dest, tmp_path / "results", readme, echo=lines.append)
     ev = evidence.load(tmp_path / "results" / "evidence" / "stand-in-gpu.json")
-    assert lines[-2] == f"updated {ev.path}" and lines[-3] == f"wrote {dest}"
+    assert f"wrote {ev.path}" in lines
+    assert lines[-1] == f"promoted {tmp_path / 'results' / 'runs' / dest.name} to {dest}"
     assert [t.variant for t in ev.ranking((1, 14, 14, 4, 5, True))] == ["fake-fused", "fake-plain"]
     assert [t.variant for t in ev.ranking((4, 5, 5, 8, 3, False))] == ["fake-plain", "fake-picky"]
     assert all(t.source == dest.name for t in ev.ranking((4, 5, 5, 8, 3, False)))

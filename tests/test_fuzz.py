@@ -457,16 +457,16 @@ def test_fuzz_idx_files(data_worker, bomb, victim, gzipped, kind, edit):
 
 
 # ------------------------------------------------------------------------------------------- bench JSON
+BENCH_DIR = ROOT / "tests" / "fixtures" / "results-before"  # frozen: results/ changes as runs are promoted
 BENCH_BASES = ["bench-cpu-intel-r-xeon-r-processor-2026-11-22.json", "bench-e2e-sp19-nvidia-h200-2026-11-22.json",
                "bench-nvidia-h200-2026-11-22-specialised-occupancy.json"]
 
 
 @pytest.fixture(scope="module")
 def bench_docs():
-    docs = [json.loads((ROOT / "results" / name).read_text()) for name in BENCH_BASES
-            if (ROOT / "results" / name).exists()]
+    docs = [json.loads((BENCH_DIR / name).read_text()) for name in BENCH_BASES if (BENCH_DIR / name).exists()]
     if not docs:
-        pytest.skip("no bench JSON in results/ to mutate")
+        pytest.skip("no bench JSON in tests/fixtures/results-before/ to mutate")
     return docs
 
 

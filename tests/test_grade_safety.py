@@ -1,7 +1,7 @@
 """What a team's code can and cannot do while it is graded, measured with a probe team
 (tests/fixtures/safety/probe) under bubblewrap and with no sandbox program: writing outside its folder, reading
 and writing another team's folder, a network connection to the grader's loopback, a fork bomb, filling its
-folder, filling /tmp. The README's Safety section is this test's table."""
+folder, filling /tmp. The Safety section of docs/teachers.md is this test's table."""
 
 from __future__ import annotations
 

@@ -88,7 +88,7 @@ def source_folder() -> Path:
 # ------------------------------------------------------------------------------- 1: from any folder
 def _cases(tmp: Path) -> dict:
     sym, params = a_checkpoint(tmp / "ckpt")
-    cpu_bench = ROOT / "results" / "bench-cpu-intel-r-xeon-r-processor-2026-11-22.json"
+    cpu_bench = ROOT / "tests/fixtures/results-before/bench-cpu-intel-r-xeon-r-processor-2026-11-22.json"
     return {
         "models": (["models"], {}, 0, "ece408"),
         "data": (["data"], {}, 0, "up to date"),
@@ -468,7 +468,7 @@ def test_layers_json_nested_or_of_the_wrong_type_is_one_line(tmp_path, layers, m
 
 
 def _bench_without(tmp_path: Path, drop) -> Path:
-    doc = json.loads((ROOT / "results" / "bench-nvidia-h200-2026-11-23.json").read_text())
+    doc = json.loads((ROOT / "tests/fixtures/results-before/bench-nvidia-h200-2026-11-23.json").read_text())
     drop(doc)
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(doc))

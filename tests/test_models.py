@@ -1,5 +1,5 @@
 """The shipped models (datasets/models/*.h5): the accuracy table in results/model-accuracy.json (from which
-the README's table is generated) holds for every CPU implementation; each model meets what it was made for."""
+results/model-accuracy.md is generated) holds for every CPU implementation; each model meets what it was made for."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -415,8 +416,10 @@ CHANGED_ELSEWHERE = {"ece408-fa18": [FIXED, CONST]}
 
 
 # The bench files the redesign's equivalence was checked against (BEFORE was recorded from the code of that time on
-# the evidence they hold). Later measurements change what `final` picks on purpose; these tests keep proving that the
-# selection rule itself did not change.
+# the evidence they hold), frozen in tests/fixtures/results-before/ (most have left results/: results/ARCHIVE.md).
+# Later measurements change what `final` picks on purpose; these tests keep proving that the selection rule itself
+# did not change.
+RESULTS_BEFORE_DIR = Path(__file__).parent / "fixtures" / "results-before"
 RESULTS_BEFORE = ("bench-cpu-intel-r-xeon-r-processor-2026-11-22.json", "bench-e2e-2x-nvidia-h200-2026-11-22.json",
                   "bench-e2e-2x-nvidia-h200-2026-11-23-sp18-fa18.json", "bench-e2e-2x-nvidia-h200-2026-11-23.json",
                   "bench-e2e-nvidia-h200-2026-11-22.json", "bench-e2e-nvidia-h200-2026-11-23-sp18-fa18.json",
@@ -433,7 +436,7 @@ def evidence_before(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("results-before")
     for name in RESULTS_BEFORE:
-        shutil.copy(paths.RESULTS / name, folder / name)
+        shutil.copy(RESULTS_BEFORE_DIR / name, folder / name)
     bench_evidence.rebuild(folder)
     return folder / "evidence"
 

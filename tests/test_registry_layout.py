@@ -1,9 +1,9 @@
-"""Adding a variant touches exactly one new file (README, "Adding a variant"): in a temporary copy of the native
-tree, a throwaway CPU variant (native/cpu/kernels/) and a throwaway GPU variant (native/cuda/kernels/) are added
-as files and nothing else, CMake configures and builds the modules, and the registries list them in ladder order
-with the roles their files state. The CPU one also runs and is checked against the numpy reference; the GPU one
-is compiled and imported only (variants() needs no GPU). A duplicate name or step is refused when the module
-loads. A student's folder (PYCONV_STUDENT_DIR) is compiled only when its header is there, ahead of native/.
+"""Adding a variant touches exactly one new file (docs/architecture.md, "Adding a variant"): in a temporary copy of the
+native tree, a throwaway CPU variant (native/cpu/kernels/) and a throwaway GPU variant (native/cuda/kernels/) are
+added as files and nothing else, CMake configures and builds the modules, and the registries list them in ladder
+order with the roles their files state. The CPU one also runs and is checked against the numpy reference; the GPU one
+is compiled and imported only (variants() needs no GPU). A duplicate name or step is refused when the module loads. A
+student's folder (PYCONV_STUDENT_DIR) is compiled only when its header is there, ahead of native/.
 
 Builds only the targets it needs, for CUDA architecture 90 only; the GPU copy keeps GPU_KERNELS_KEPT of the
 ladder (the runtime does not depend on any particular ladder file, as in a student handout, which has none: there

@@ -361,28 +361,29 @@ def test_every_committed_result_loads_as_records_and_renders():
 
 
 def test_the_committed_readme_summary_regenerates_unchanged():
-    """`invoke report --readme` with no --json regenerates the README's summary from the bench files the summary
-    names (every one of them, not only the newest of each kind): on the committed results it changes nothing."""
+    """`invoke report --readme` with no --json regenerates the README's summary from every bench file in results/:
+    on the committed results it changes nothing, and the README names no bench file (the report does)."""
     from conftest import ROOT
 
     text = (ROOT / "README.md").read_text()
-    names = report.readme_sources(text)
-    assert names and len(names) > 3  # more files than one per kind: the case that used to lose tables
-    assert all((ROOT / "results" / n).exists() for n in names)
     section = text.split(report.BEGIN, 1)[1].split(report.END, 1)[0]
     new = report.readme_text(text)
     assert new.split(report.BEGIN, 1)[1].split(report.END, 1)[0] == section
     assert new == text  # and nothing outside the markers moved
-    for n in names:
-        assert f"(results/{n})" in section  # each source is linked
+    assert "bench-" not in section and "(results/report.md#summary)" in section
 
 
-def test_readme_sources_are_recorded_and_read_back(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text(README_HEAD + "\nold\n" + README_TAIL)
-    report.update_readme([("bench-synthetic.json", synthetic_result())], readme)
-    assert report.readme_sources(readme.read_text()) == ["bench-synthetic.json"]
-    assert report.readme_sources("no markers") is None
+def test_the_report_names_every_source_of_the_summary(tmp_path):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "bench-a.json").write_text(json.dumps(synthetic_result()))
+    dest, _ = report.write_report(None, folder / "report.md", folder)
+    page = dest.read_text()
+    contents = page.split("## Contents", 1)[1].split("## Summary", 1)[0]
+    assert "[Summary](#summary)" in contents and "[`bench-a.json`](#file-bench-a)" in contents
+    summary = page.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    assert "medians at batch 10000; from [`bench-a.json`](#file-bench-a)" in summary
+    assert '<a id="file-bench-a"></a>' in page
 
 
 def test_summary_takes_every_file_and_the_newer_cell():

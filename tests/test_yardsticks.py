@@ -105,10 +105,11 @@ def test_default_names_skip_files_that_exist(tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "RESULTS", tmp_path)
     r = {"date": "2026-01-02T03:04:05+00:00", "gpu": {"name": "NVIDIA H100"}, "host_cpu": {"model": "x"}}
     first = tags.default_out(r)
-    assert first.name == "bench-nvidia-h100-2026-01-02.json"
+    assert first == tmp_path / "runs" / "bench-nvidia-h100-2026-01-02.json"  # new runs stay out of results/
+    first.parent.mkdir()
     first.write_text("{}")
     assert tags.default_out(r).name == "bench-nvidia-h100-2026-01-02-2.json"
-    (tmp_path / "bench-nvidia-h100-2026-01-02-2.json").write_text("{}")
+    (tmp_path / "bench-nvidia-h100-2026-01-02-2.json").write_text("{}")  # a promoted run's name is taken too
     assert tags.default_out(r).name == "bench-nvidia-h100-2026-01-02-3.json"
 
 

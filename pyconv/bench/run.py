@@ -1,9 +1,10 @@
 """`invoke bench`: every convolution variant on every conv layer of a model, held to the roofline of the GPU it
 runs on and to cuDNN (through PyTorch) measured in the same run; the CPU variants against PyTorch on the CPU; and
 the whole network end to end against PyTorch + cuDNN. Results go to one JSON file (format "pyconv-bench",
-tagged with GPU, driver, commit and date); the README's performance tables are generated from such files
-(pyconv.report), never typed. A run written to results/ also updates this GPU's evidence file
-(results/evidence/<gpu>.json, pyconv.evidence): what `final` chooses from.
+tagged with GPU, driver, commit and date), by default in results/runs/ (git-ignored): `invoke promote` moves it
+into results/, from whose files the evidence (what `final` chooses from), the report and the README's summary are
+regenerated (pyconv.bench.promote). A run written straight into results/ with --out updates this GPU's evidence
+file there (results/evidence/<gpu>.json, pyconv.evidence) at once.
 
 What is measured, and how:
 - Layer shapes come from the model: pyconv.plan.conv_sites(model, batch) gives each conv the input shape the
@@ -171,7 +172,7 @@ def run(model: str | None = None, batch=None, reps=None, warmup=None, cpu: bool 
         _check_count(reps, "--reps", 1)
     # Where the JSON goes is checked now: a benchmark takes minutes, and an unwritable --out found at the end
     # would lose them (the default name, known only after the run, lies in results/).
-    check_writable(Path(out) if out else paths.RESULTS / f"bench-{os.getpid()}.json", "--out")
+    check_writable(Path(out) if out else paths.RESULTS / paths.RUNS_DIR / f"bench-{os.getpid()}.json", "--out")
     if out:
         tags.refuse_existing(out)
     parts, note = parse_parts(cpu, gpu, end_to_end, _gpu_available(), sweep)

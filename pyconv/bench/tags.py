@@ -81,20 +81,24 @@ def cuda_version(v: int) -> str:
 
 
 def default_out(result: dict) -> Path:
-    """results/bench-<gpu-slug>-<date>.json (with -sweep after the date for a run with --sweep), or
-    results/bench-cpu-<cpu-slug>-<date>.json without a GPU; when that file exists (an earlier run the same day), the
-    first free name with -2, -3, ... before .json."""
+    """results/runs/bench-<gpu-slug>-<date>.json (with -sweep after the date for a run with --sweep), or
+    results/runs/bench-cpu-<cpu-slug>-<date>.json without a GPU: a new run stays out of results/ (and out of git)
+    until `invoke promote` moves it there. When that name is taken in runs/ or in results/ (an earlier run the same
+    day), the first name free in both with -2, -3, ... before .json."""
     day = result["date"][:10]
     if result.get("gpu"):
         sweep = "-sweep" if "sweep" in result.get("parts", []) else ""
-        return first_free(paths.RESULTS / f"bench-{paths.slug(result['gpu']['name'])}-{day}{sweep}.json")
-    return first_free(paths.RESULTS / f"bench-cpu-{paths.slug(result['host_cpu']['model'])}-{day}.json")
+        name = f"bench-{paths.slug(result['gpu']['name'])}-{day}{sweep}.json"
+    else:
+        name = f"bench-cpu-{paths.slug(result['host_cpu']['model'])}-{day}.json"
+    return first_free(paths.RESULTS / paths.RUNS_DIR / name, also=paths.RESULTS)
 
 
-def first_free(path: Path) -> Path:
+def first_free(path: Path, also: Path | None = None) -> Path:
+    """`path`, or the first of path-2, path-3 ... whose name exists neither beside it nor in `also`."""
     n = 2
     found = path
-    while found.exists():
+    while found.exists() or (also is not None and (also / found.name).exists()):
         found = path.with_name(f"{path.stem}-{n}{path.suffix}")
         n += 1
     return found

@@ -18,6 +18,7 @@ RESULTS = ROOT / "results"
 # The course's own checkpoints live beside the project and are never copied into it.
 COURSE_MODELS = Path(os.environ.get("PYCONV_COURSE_MODELS", ROOT.parent / "shared" / "course-models"))
 EVIDENCE = RESULTS / "evidence"  # per GPU: what `final` chooses from (pyconv.evidence), written by `invoke bench`
+RUNS_DIR = "runs"  # results/runs/: new bench runs (git-ignored) until `invoke promote` moves one into results/
 TUNING = RESULTS / "tuning"  # per GPU: the tensor-core kernel's tile configuration per layer shape
 
 

@@ -535,15 +535,27 @@ def _save(fig, dest: Path) -> tuple[Path, bytes]:
 
 
 def _bar_panels(groups: list[tuple[str, list[tuple[str, float, str]]]], xlabel: str, log: bool, dest: Path,
-                title: str) -> tuple[Path, bytes]:
-    """One horizontal bar panel per group (title, [(label, value, colour)])."""
+                title: str, ref: tuple[float, str] | None = None) -> tuple[Path, bytes]:
+    """One horizontal bar panel per group (title, [(label, value, colour)]); `ref` (value, label): a dashed
+    vertical line on every panel."""
+    import matplotlib.pyplot as plt
+
+    fig = bar_panels_figure(groups, xlabel, log, title, ref)
+    try:
+        return _save(fig, dest)
+    finally:
+        plt.close(fig)
+
+
+def bar_panels_figure(groups, xlabel: str, log: bool, title: str, ref: tuple[float, str] | None = None):
+    """_bar_panels' figure. Constrained layout keeps the figure's title clear of the first panel."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    height = sum(max(1, len(bars)) * 0.32 + 0.9 for _, bars in groups)
-    fig, axes = plt.subplots(len(groups), 1, figsize=(9, max(2.5, height)), squeeze=False)
+    height = sum(max(1, len(bars)) * 0.32 + 0.9 for _, bars in groups) + 0.3 * (title.count("\n") + 1)
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9, max(2.5, height)), squeeze=False, layout="constrained")
     for ax, (name, bars) in zip(axes[:, 0], groups, strict=True):
         labels = [b[0] for b in bars]
         values = [b[1] for b in bars]
@@ -557,17 +569,16 @@ def _bar_panels(groups: list[tuple[str, list[tuple[str, float, str]]]], xlabel: 
             ax.set_xlim(min(values) / 4, max(values) * 3)  # bars start at the left edge: keep the shortest visible
             ax.xaxis.set_minor_formatter(NullFormatter())
         elif values:
-            ax.set_xlim(0, max(values) * 1.2)
+            ax.set_xlim(0, max(values + ([ref[0]] if ref else [])) * 1.2)
+        if ref is not None:
+            ax.axvline(ref[0], color="black", linestyle="--", linewidth=1, label=ref[1])
+            ax.legend(fontsize=7, loc="lower right")
         ax.set_title(name, fontsize=9)
         ax.set_xlabel(xlabel, fontsize=8)
         for i, v in enumerate(values):
             ax.text(v, i, f" {num(v)}", va="center", fontsize=7)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    try:
-        return _save(fig, dest)
-    finally:
-        plt.close(fig)
+    return fig
 
 
 OURS, FUSED, THEIRS = "tab:blue", "tab:green", "tab:orange"
@@ -628,9 +639,9 @@ def ladder_plot(layer: LayerResult, gpu: str, dest: Path) -> tuple[Path, bytes]:
         if s is not None and s.median:
             ax.axhline(s.median, color=colour, linestyle=style, linewidth=1.4, label=f"{label} {num(s.median)} ms")
             values.append(s.median)
-    floors = [(layer.floor_ms, "roofline floor (conv)", ":")]
+    floors = [(layer.floor_ms, "FP32 roofline floor (conv)", ":")]
     if fused_site and layer.floor_tanh_pool_ms:
-        floors.append((layer.floor_tanh_pool_ms, "roofline floor (pooled output)", "-."))
+        floors.append((layer.floor_tanh_pool_ms, "FP32 roofline floor (pooled output)", "-."))
     for f, label, style in floors:
         if f:
             ax.axhline(f, color="black", linestyle=style, linewidth=1.2, label=f"{label} {num(f)} ms")
@@ -681,21 +692,27 @@ def plot_files(result: BenchResult | dict, stem: Path) -> list[tuple[Path, bytes
         for layer in layers:  # one ladder per layer
             name = f"{stem.name}-ladder-{paths.slug(layer.model)}-{paths.slug(layer.layer)}-b{layer.B}.png"
             written.append(ladder_plot(layer, gpu, stem.with_name(name)))
-        written.append(_bar_panels(roof, "% of the roofline floor", False,
-                                   stem.with_name(stem.name + "-gpu-roofline.png"), f"% of roofline, {gpu}"))
+        written.append(_bar_panels(
+            roof, "% of the FP32 roofline floor (higher is faster)", False,
+            stem.with_name(stem.name + "-gpu-roofline.png"),
+            f"% of the FP32 roofline floor, {gpu}\nfloor: the slower of FP32 arithmetic at this GPU's measured peak "
+            "and moving the data once;\nvariants that round to TF32 or FP16 on tensor cores can pass 100 %",
+            ref=(100.0, "FP32 floor (100 %)")))
     cpu: list[CpuRow] = result.cpu
     if cpu:
         groups: dict[str, list] = {}
         for r in cpu:
-            if r.s is None:
+            if r.s is None or not r.B or r.B < 1:
                 continue
             key = f"{r.model} {r.layer}: C={r.C} {r.H}x{r.W} M={r.M} K={r.K}"
-            groups.setdefault(key, []).append((f"{r.variant} (batch {r.B})", r.s.median,
+            # per image: a single-thread variant runs a smaller batch than the others (the bench's batch rule)
+            groups.setdefault(key, []).append((f"{r.variant} (timed at batch {r.B})", r.s.median / r.B * 1e3,
                                                THEIRS if r.variant.startswith("pytorch") else OURS))
         if groups:
             host = result.host_cpu.model
-            written.append(_bar_panels(list(groups.items()), "seconds (median, log scale)", True,
-                                       stem.with_name(stem.name + "-cpu-op-time.png"), f"CPU op time, {host}"))
+            written.append(_bar_panels(list(groups.items()), "ms per image (median time / batch, log scale)", True,
+                                       stem.with_name(stem.name + "-cpu-op-time.png"),
+                                       f"CPU op time per image, {host}"))
     return written
 
 
@@ -703,22 +720,75 @@ def plot_files(result: BenchResult | dict, stem: Path) -> list[tuple[Path, bytes
 # The page and the README
 
 
+def _anchor(name: str) -> str:
+    return "file-" + paths.slug(Path(name).stem)
+
+
+def _what(result: BenchResult) -> str:
+    return ", ".join(title for key, title in PARTS if getattr(result, key)) or "benchmark"
+
+
 def combined_markdown(results: list[tuple[str, BenchResult]]) -> str:
-    """Each result's tables under a heading naming the file it came from."""
+    """Each result's tables under a heading naming the file it came from (with an anchor the contents link)."""
     blocks = []
     for name, result in results:
         with _reading(name):
             result = record(result)
-            what = ", ".join(title for key, title in PARTS if getattr(result, key)) or "benchmark"
-            blocks.append(f"### {what} (`results/{name}`)\n\n" + markdown_tables(result).rstrip())
+            blocks.append(f'<a id="{_anchor(name)}"></a>\n\n### {_what(result)} (`results/{name}`)\n\n'
+                          + markdown_tables(result).rstrip())
     return "\n\n".join(blocks) + "\n"
 
 
-def report_markdown(results: list[tuple[str, BenchResult]], images: list[str]) -> str:
+def _evidence_sources(folder: Path) -> dict[str, list[str]]:
+    """Per evidence file in folder/evidence/, the bench files its timings and verdicts came from."""
+    from ..evidence import load as load_evidence
+
+    out = {}
+    for p in sorted((folder / "evidence").glob("*.json")):
+        try:
+            ev = load_evidence(p)
+        except PyconvError:
+            continue
+        names = {t.source for e in ev.layers.values() for t in e.ranking if not t.first_use}
+        names |= {v.source for v in ev.verdicts.values()}
+        out[p.name] = sorted(names)
+    return out
+
+
+def report_markdown(results: list[tuple[str, BenchResult]], images: list[str],
+                    folder: Path | None = None) -> str:
+    """The page: a contents list, the README's summary with the files it draws on, what each GPU's evidence
+    draws on, every file's tables (newest first), the plots."""
+    folder = folder or paths.RESULTS
+    t = summary_table(results)
+    summary = render_markdown(t).split("\n", 2)[2]
+    evidence = _evidence_sources(folder)
+    contents = ["- [Summary](#summary): the README's table, and the bench files it is computed from"]
+    if evidence:
+        contents.append("- [What `final` chooses from](#what-final-chooses-from): the bench files each GPU's "
+                        "evidence draws on")
+    contents.append("- Every bench file's tables, newest first:")
+    for name, r in results:
+        with _reading(name):
+            r = record(r)
+            where = r.gpu.name if r.gpu else r.host_cpu.model
+            contents.append(f"  - [`{name}`](#{_anchor(name)}): {_what(r)}; {where}, {str(r.date)[:10]}")
+    if images:
+        contents.append("- [Plots](#plots)")
     page = ["# pyconv benchmark report", "",
-            "Generated by `invoke report` from every bench file in `results/`, newest first: "
-            + ", ".join(f"`{n}`" for n, _ in results) + ". The README shows one summary of them.", "",
-            combined_markdown(results).rstrip(), ""]
+            "Generated by `invoke report` from the bench files in `results/` (`invoke promote RUN.json` adds a run "
+            "and regenerates this page, the evidence and the README's summary). Files no longer here are listed, "
+            "with the commit that removed them, in [ARCHIVE.md](ARCHIVE.md).", "",
+            "## Contents", "", *contents, "",
+            "## Summary", "", "The README's table. Where two files measured the same cell, the newer one counts.",
+            "", summary, ""]
+    if evidence:
+        page += ["## What final chooses from", ""]
+        for ev_name, names in evidence.items():
+            page.append(f"- `evidence/{ev_name}`: " + (", ".join(f"[`{n}`](#{_anchor(n)})" for n in names)
+                                                        or "measurements `final` made on first use only"))
+        page.append("")
+    page += ["## The bench files", "", combined_markdown(results).rstrip(), ""]
     if images:
         page += ["## Plots", ""] + [f"![{Path(i).stem}]({i})" for i in images] + [""]
     return "\n".join(page)
@@ -737,24 +807,29 @@ def all_sources(folder: Path = paths.RESULTS) -> list[Path]:
     return [p for _, _, p in sorted(found, key=lambda t: (t[0], t[1]), reverse=True)]
 
 
-def write_report(json_path: str | os.PathLike | None = None,
-                 out: str | os.PathLike | None = None) -> tuple[Path, list[Path]]:
-    """Report page + plots from bench JSON files (default: every one in results/, newest first). With one file
-    the plots are named after the page (report-gpu-op-time.png); with several, after page and file
+def write_report(json_path: str | os.PathLike | None = None, out: str | os.PathLike | None = None,
+                 folder: str | os.PathLike | None = None) -> tuple[Path, list[Path]]:
+    """Report page + plots from bench JSON files (default: every one in `folder`, default results/, newest
+    first, with plots of the newest of each kind only: the others' stay in their tables). With one file the
+    plots are named after the page (report-gpu-op-time.png); with several, after page and file
     (report-<file>-gpu-op-time.png), so that a new bench file never renames another file's plots."""
-    dest = Path(out) if out else DEFAULT_OUT
+    folder = Path(folder) if folder else paths.RESULTS
+    dest = Path(out) if out else folder / DEFAULT_OUT.name
     if dest.suffix != ".md":
         raise PyconvError(f"--out must name a .md file, got {dest}")
     check_writable(dest, "report")
-    sources = all_sources() if json_path is None else sources_of(json_path)
+    sources = all_sources(folder) if json_path is None else sources_of(json_path)
+    plotted = {p.name for p in default_sources(folder)} if json_path is None else {p.name for p in sources}
     results = [(src.name, load(src)) for src in sources]
     plots: list[tuple[Path, bytes]] = []
     for name, result in results:
+        if name not in plotted:
+            continue
         stem = dest.with_suffix("") if len(results) == 1 else dest.with_name(f"{dest.stem}-{Path(name).stem}")
         with _reading(name):
             plots += plot_files(result, stem)
     # Every table and plot has rendered (or failed in one line) before the first file is written.
-    page = report_markdown(results, [p.name for p, _ in plots])
+    page = report_markdown(results, [p.name for p, _ in plots], folder)
     for p, png in plots:
         with atomic_path(p) as tmp:
             tmp.write_bytes(png)
@@ -778,7 +853,9 @@ def replace_between_markers(text: str, block: str, BEGIN: str = BEGIN, END: str 
 # The README's one summary table
 
 
-SOURCES_TAG = "<!-- bench:sources "
+SOURCES_NOTE = "medians at batch 10000; from "
+U8_NOTE = ("fastest variant per layer: a first layer counts what the network runs, from uint8 images where the "
+           "variant reads them ")
 SEMESTERS = {"fa17": "Fall 2017", "sp18": "Spring 2018", "fa18": "Fall 2018", "sp19": "Spring 2019",
              "fa19": "Fall 2019"}
 
@@ -893,63 +970,55 @@ def summary_table(results: list[tuple[str, BenchResult]]) -> Table:
         t.rows.append([rows_seen[k], machines[k], *[cells.get((k, a), "-") for a in archs]])
     u8 = [f"{SEMESTERS[a]} {n}" for a in archs for n in u8_notes.get(a, [])]
     if u8:
-        t.notes.append("fastest variant per layer: a first layer counts what the network runs, from uint8 images "
-                       "where the variant reads them (that path checked against the reference and timed by the "
-                       "bench): " + "; ".join(u8))
-    t.notes.append("medians at batch 10000; from " + ", ".join(f"[`{n}`](results/{n})" for n, _ in
-                                                               sorted(results, key=lambda nr: nr[0])))
+        t.notes.append(U8_NOTE + "(that path checked against the reference and timed by the bench): "
+                       + "; ".join(u8))
+    t.notes.append(SOURCES_NOTE + ", ".join(f"[`{n}`](#{_anchor(n)})" for n, _ in
+                                            sorted(results, key=lambda nr: nr[0])))
     return t
 
 
-def readme_block(names: list[str], results: list[tuple[str, BenchResult]]) -> str:
-    """What lies between the README's bench markers: the sources (so that a later `invoke report --readme`
-    regenerates from the same files) and the summary table."""
+def readme_block(results: list[tuple[str, BenchResult]]) -> str:
+    """What lies between the README's bench markers: the summary table, its sources named in the report."""
     t = summary_table(results)
-    body = render_markdown(t).split("\n", 2)[2]  # the table without its heading
-    return SOURCES_TAG + " ".join(names) + " -->\n" + body + "\n"
-
-
-def readme_sources(text: str) -> list[str] | None:
-    """The bench files the README's summary was generated from (None: the section names none)."""
-    if BEGIN not in text or END not in text:
-        return None
-    section = text.split(BEGIN, 1)[1].split(END, 1)[0]
-    for line in section.splitlines():
-        if line.startswith(SOURCES_TAG) and line.rstrip().endswith("-->"):
-            return line[len(SOURCES_TAG):].rstrip()[:-3].split()
-    return None
+    # the README keeps its lines short: the long notes stay in the report
+    t.notes = [U8_NOTE.rstrip() + " (the report names them)" if n.startswith(U8_NOTE) else n for n in t.notes
+               if not n.startswith(SOURCES_NOTE)]
+    t.notes.append("medians at batch 10000; the bench files each cell comes from, and how they were measured: "
+                   "[results/report.md](results/report.md#summary)")
+    return render_markdown(t).split("\n", 2)[2] + "\n"  # the table without its heading
 
 
 def source_name(path: Path) -> str:
-    """How the README records a source: its name when it lies in results/, else the path as given."""
+    """How the page names a source: its name when it lies in results/, else the path as given."""
     try:
         return path.name if path.resolve().parent == paths.RESULTS.resolve() else str(path)
     except OSError:
         return str(path)
 
 
-def readme_text(text: str, results: list[tuple[str, BenchResult]] | None = None) -> str:
-    """The README `text` with its generated sections rewritten: the bench summary from `results` (None: from the
-    files its section names, else the newest of each kind in results/) and the shipped models' table."""
+def readme_text(text: str, results: list[tuple[str, BenchResult]] | None = None,
+                folder: Path | None = None) -> str:
+    """The README `text` with its generated sections rewritten: the bench summary from `results` (None: from every
+    bench file in `folder`, default results/) and the shipped models' table."""
+    folder = folder or paths.RESULTS
     if results is None:
-        names = readme_sources(text)
-        paths_ = [paths.RESULTS / n for n in names] if names else default_sources()
-        results = [(source_name(p), load(p)) for p in paths_]
-    new = replace_between_markers(text, readme_block([n for n, _ in results], results))
-    models = paths.RESULTS / "model-accuracy.md"
+        results = [(p.name, load(p)) for p in all_sources(folder)]
+    new = replace_between_markers(text, readme_block(results))
+    models = folder / "model-accuracy.md"
     if models.exists() and "<!-- models:begin -->" in new:  # the shipped models' table, from `invoke accuracy-table`
         new = replace_between_markers(new, models.read_text(), "<!-- models:begin -->", "<!-- models:end -->")
     return new
 
 
-def update_readme(results: list[tuple[str, BenchResult]] | None = None, readme: Path = README) -> Path:
+def update_readme(results: list[tuple[str, BenchResult]] | None = None, readme: Path = README,
+                  folder: Path | None = None) -> Path:
     """Rewrite the README's generated sections (`readme_text`); read and written as bytes so line endings stay as
     they are."""
     try:
         text = readme.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise PyconvError(f"cannot read {readme}: {e}") from None
-    new = readme_text(text, results)
+    new = readme_text(text, results, folder)
     if new != text:
         with atomic_path(readme) as tmp:
             tmp.write_bytes(new.encode("utf-8"))

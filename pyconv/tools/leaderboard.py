@@ -90,6 +90,19 @@ def to_csv(rows: list[dict]) -> str:
 
 def plot(milestone: str, rows: list[dict], median, dest: Path) -> Path | None:
     """Horizontal bars of each ranked team's sum, split by layer, with the class median; None without ok teams."""
+    fig = figure(milestone, rows, median)
+    if fig is None:
+        return None
+    import matplotlib.pyplot as plt
+
+    with atomic_path(dest, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+    return dest
+
+
+def figure(milestone: str, rows: list[dict], median):
+    """The leaderboard's matplotlib figure (plot's), or None without ranked teams."""
     ranked = [r for r in rows if r["rank"]]
     if not ranked:
         return None
@@ -98,24 +111,28 @@ def plot(milestone: str, rows: list[dict], median, dest: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.4 * len(ranked)))
     names = [f"{r['rank']}. {r['team']}" for r in ranked][::-1]
+    # seconds where a sum reaches 10 s: tick labels stay short enough not to run together
+    longest = max(sum(r["op_times"]) for r in ranked)
+    scale, unit = (1.0, "s") if longest >= 10 else (1e3, "ms")
     left = [0.0] * len(ranked)
     for li in range(_layers(ranked)):
-        widths = [(r["op_times"][li] if li < len(r["op_times"]) else 0.0) * 1e3 for r in ranked][::-1]
+        widths = [(r["op_times"][li] if li < len(r["op_times"]) else 0.0) * scale for r in ranked][::-1]
         ax.barh(names, widths, left=left, label=f"layer {li + 1}")
         left = [a + b for a, b in zip(left, widths, strict=True)]
     if median is not None:
-        ax.axvline(median * 1e3, color="black", linestyle="--", linewidth=1, label="class median")
+        ax.axvline(median * scale, color="black", linestyle="--", linewidth=1, label="class median")
     failed = len(rows) - len(ranked)
-    ax.set_xlabel("sum of Op Times (ms)")
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=6))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,g}"))
+    ax.set_xlabel(f"sum of Op Times ({unit})")
     ax.set_title(f"Milestone {milestone}: {len(ranked)} ranked" + (f", {failed} not (see the table)" if failed else ""))
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     fig.tight_layout()
-    with atomic_path(dest, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
-    return dest
+    return fig
 
 
 def write_leaderboard(grades: Path, milestone: str | None = None, out: Path | None = None,
