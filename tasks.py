@@ -27,13 +27,11 @@ def user_errors(fn):
     def wrapper(*args, **kwargs):
         import signal
 
-        from pyconv.core.errors import PyconvError, Terminated, one_line
-
-        def terminate(signum, frame):
-            raise Terminated(signum)
+        from pyconv.core.errors import PyconvError, one_line
+        from pyconv.core.signals import raise_terminated
 
         debug = os.environ.get("PYCONV_DEBUG", "") not in ("", "0")
-        previous = {s: signal.signal(s, terminate) for s in (signal.SIGTERM, signal.SIGHUP)}
+        previous = {s: signal.signal(s, raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
         try:
             return fn(*args, **kwargs)
         except PyconvError as e:
