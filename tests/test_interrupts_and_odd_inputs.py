@@ -80,12 +80,14 @@ def test_a_linked_module_that_never_imported_is_deleted_before_the_next_build(tm
     for p in (good, short, edited):
         p.write_bytes(b"x" * 100)
     monkeypatch.setattr(b, "module_artifacts", lambda _: [("_cpu", good), ("_gpu", short), ("_cupti", edited),
-                                                            ("_none", bdir / b.LINK_DIR / "_none.so")])
+                                                            ("_none", bdir / b.LINK_DIR / "_none.so"),
+                                                            ("_old", tmp_path / "_old.so")])
+    (tmp_path / "_old.so").write_bytes(b"")  # linked elsewhere by an earlier configure: never deleted
     b._remember_imported(bdir, [good, edited])
     short.write_bytes(b"")  # relinked since, and killed
     edited.write_bytes(b"y" * 101)  # changed after it imported
     assert b.forget_unproven_modules(bdir) == [short, edited]
-    assert good.exists() and not short.exists() and not edited.exists()
+    assert good.exists() and not short.exists() and not edited.exists() and (tmp_path / "_old.so").exists()
 
 
 def test_a_never_configured_folder_forgets_nothing(tmp_path):

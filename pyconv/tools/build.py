@@ -246,6 +246,8 @@ def forget_unproven_modules(bdir: Path) -> list[Path]:
     proven = _imported_record(bdir)
     deleted = []
     for _, path in artifacts:
+        if path.parent != bdir / LINK_DIR:
+            continue  # a folder configured before the modules were linked in the build folder: not ours to delete
         key = _stat_key(path)
         if key is not None and proven.get(path.name) != key:
             path.unlink()
