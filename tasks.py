@@ -27,13 +27,11 @@ def user_errors(fn):
     def wrapper(*args, **kwargs):
         import signal
 
-        from pyconv.core.errors import PyconvError, Terminated, one_line
-
-        def terminate(signum, frame):
-            raise Terminated(signum)
+        from pyconv.core.errors import PyconvError, one_line
+        from pyconv.core.signals import raise_terminated
 
         debug = os.environ.get("PYCONV_DEBUG", "") not in ("", "0")
-        previous = {s: signal.signal(s, terminate) for s in (signal.SIGTERM, signal.SIGHUP)}
+        previous = {s: signal.signal(s, raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
         try:
             return fn(*args, **kwargs)
         except PyconvError as e:
@@ -132,8 +130,8 @@ def import_mxnet(c, symbol=None, params=None, name=None, input_size="48", force=
             "fallback": "with --impl: a layer the variant cannot take runs milestone 4's (else 3's) default instead",
             "posix": "print the `time -p` form (real/user/sys) instead of GNU time's default block",
             "device": "m1 only: cpu, gpu or both", "gpus": "final only: number of GPUs or 'all'",
-            "student": "run the modules `invoke build --student DIR` built from DIR's new-forward.h / .cuh "
-                       "(name them with --impl cpu-student / gpu-student)",
+            "student": "run DIR's own variant (cpu-student at m2, gpu-student at 3/4/final) from the modules "
+                       "`invoke build --student DIR` built; --impl may only name that variant",
             "record": "write one JSON record of the run (per layer: variant, Op Time, check; Correctness) to FILE"})
 @user_errors
 def milestone(c, m=None, batch="10000", model="ece408", impl=None, fallback=False, posix=False, device="both",

@@ -22,6 +22,7 @@ itself."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -144,9 +145,9 @@ class Evidence:
             layers = {}
             for e in doc["layers"]:
                 le = LayerEvidence(int(e["C"]), int(e["H"]), int(e["W"]), int(e["M"]), int(e["K"]),
-                                   bool(e["tanh_pool_follows"]), int(e["B"]),
-                                   tuple(Timing(str(t["variant"]), float(t["ms"]), str(t["date"]), str(t["source"]))
-                                         for t in e["ranking"]))
+                                   bool(e["tanh_pool_follows"]), _positive(e["B"], "B", int),
+                                   tuple(Timing(str(t["variant"]), _positive(t["ms"], "ms"), str(t["date"]),
+                                                str(t["source"])) for t in e["ranking"]))
                 layers[le.key] = le
             verdicts = {}
             for v in doc["precision"]:
@@ -170,6 +171,15 @@ class Evidence:
                        fallback_order=tuple(str(n) for n in doc["fallback_order"]), path=path)
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
             raise PyconvError(f"{where} is malformed: {type(e).__name__} {e}") from None
+
+
+def _positive(v, name: str, kind=float):
+    """A time or a batch from the file: a finite positive number (NaN, inf, 0 or less would reach final's choice
+    and `invoke plan`'s reasons as if measured)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 or \
+            (kind is int and v != int(v)):
+        raise ValueError(f"'{name}' must be a finite positive {'integer' if kind is int else 'number'}, got {v!r}")
+    return kind(v)
 
 
 def path_for(gpu_name: str, folder: str | os.PathLike | None = None) -> Path:

@@ -323,7 +323,18 @@ def test_unstarted_student_variants_skip_and_finished_ones_run(cpu_harness):
         return conv
 
     skip_if_unstarted("cpu-student", conv_of(FIXTURES / "good"))  # a finished file: the test goes on
+
+    def unstarted(name, x, k):  # what the skeleton's forward() raises, whatever the slot holds now
+        raise RuntimeError("new-forward.h:25: Check failed: 0 == 1 (0 vs. 1): Remove this line and replace it with "
+                           "your implementation.")
+
     with pytest.raises(pytest.skip.Exception, match="still holds the course's skeleton"):
+        skip_if_unstarted("cpu-student", unstarted)
+    # The slot itself: skipped while it holds the skeleton, run (and not skipped) once the student has written it.
+    if variants.holds_skeleton(slot_file("h").read_text(), slot_file("h")):
+        with pytest.raises(pytest.skip.Exception, match="still holds the course's skeleton"):
+            skip_if_unstarted("cpu-student", conv_of(SLOT))
+    else:
         skip_if_unstarted("cpu-student", conv_of(SLOT))
 
     def failing(name, x, k):

@@ -39,9 +39,37 @@ def _list_of(cls):
     return lambda items: [cls.from_dict(x) for x in items]
 
 
+# Fields that hold a time or a count of images: a measurement is never negative or zero, and one that is would be
+# published as if real (a speed-up from a negative time, a log of it). Any other number must at least be finite.
+_POSITIVE = {"median", "min", "p90", "mean", "warm_ms", "ms", "B", "batch", "cudnn_fp32_ms", "cudnn_tf32_ms",
+             "cudnn_fp16_ms", "images_per_s"}
+_SCALARS = {"str": str, "int": int, "float": (int, float), "bool": bool}
+
+
+def _check_value(cls_name: str, name: str, annotation: str, v) -> None:
+    """A JSON value against the field's declared scalar type (`float | None`, `int`, `str`, ...): one line naming
+    the record and the field where it is of another type, not finite, or (a time, a batch) not positive.
+    Containers and nested records are left to their own checks."""
+    kinds = [k.strip() for k in str(annotation).split("|")]
+    if v is None and "None" in kinds:
+        return
+    scalars = [k for k in kinds if k in _SCALARS]
+    if not scalars or len(scalars) != len([k for k in kinds if k != "None"]):
+        return  # a list, a dict, a nested record
+    ok = any(isinstance(v, _SCALARS[k]) and (k == "bool" or not isinstance(v, bool)) for k in scalars)
+    if not ok:
+        raise PyconvError(f"{cls_name}: '{name}' must be {' or '.join(scalars)}, got {type(v).__name__} {v!r:.40}")
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if not math.isfinite(v):
+            raise PyconvError(f"{cls_name}: '{name}' must be a finite number, got {v}")
+        if name in _POSITIVE and v <= 0:
+            raise PyconvError(f"{cls_name}: '{name}' must be positive, got {v}")
+
+
 class Record:
-    """from_dict for a dataclass: each field from the key of its name; a field whose metadata has `conv` is built
-    by it (a nested record); keys the record does not name are ignored."""
+    """from_dict for a dataclass: each field from the key of its name, checked against its declared type
+    (_check_value); a field whose metadata has `conv` is built by it (a nested record); keys the record does not
+    name are ignored."""
 
     @classmethod
     def from_dict(cls, d: dict):
@@ -55,6 +83,8 @@ class Record:
                 continue
             v = d[f.name]
             conv = f.metadata.get("conv")
+            if conv is None:
+                _check_value(cls.__name__, f.name, f.type, v)
             kw[f.name] = conv(v) if conv is not None and v is not None else v
         return cls(**kw)
 

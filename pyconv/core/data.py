@@ -299,6 +299,14 @@ def check(size: int, split: str = "test", path: Path | None = None) -> None:
         raise PyconvError(f"{path}: {why}; run `invoke data --force`")
 
 
+def check_model_input(name: str, input_shape) -> None:
+    """The data's images are one channel, square: a model declaring another input is refused in one line."""
+    c, h, w = (int(v) for v in input_shape)
+    if c != 1 or h != w:
+        raise PyconvError(f"model '{name}' takes {c} x {h} x {w} inputs; the Fashion-MNIST images are 1 x S x S "
+                          "(one channel, square)")
+
+
 def _load(split: str, size: int, count: int | None) -> tuple[np.ndarray, np.ndarray]:
     check(size, split)
     try:

@@ -239,3 +239,35 @@ def read_json(path: str | os.PathLike, limit: int, what: str):
         raise PyconvError(f"{what} {path} is nested too deeply") from None
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an over-long integer
         raise PyconvError(f"{what} {path} is unreadable: {e}") from None
+
+
+@contextlib.contextmanager
+def atomic_folder(dest: str | os.PathLike) -> Iterator[Path]:
+    """Yield a new empty folder beside `dest` (`.NAME.<random>.tmp/NAME`, locked as atomic_path's are); on success
+    rename it to `dest` (which must be absent or empty), on any error or signal remove it. A writer killed outright
+    leaves an unlocked temporary folder that the next write of `dest` removes; `dest` itself is never half-made."""
+    dest = Path(dest)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PyconvError(f"cannot write {dest}: cannot create its folder ({_why(e)})") from None
+    remove_stale_temps(dest)
+    try:
+        fresh = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".new", dir=dest.parent))
+        lock_fd = os.open(fresh, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        folder = fresh.with_suffix(".tmp")
+        os.rename(fresh, folder)
+    except OSError as e:
+        raise PyconvError(f"cannot write {dest} ({_why(e)})") from None
+    inner = folder / dest.name
+    try:
+        inner.mkdir(mode=0o777)
+        yield inner
+        try:
+            os.rename(inner, dest)  # replaces an empty folder; refuses a non-empty one
+        except OSError as e:
+            raise PyconvError(f"cannot write {dest} ({_why(e)}); nothing was written") from None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.close(lock_fd)

@@ -259,9 +259,12 @@ def _layer(spec, i: int, path: Path) -> Layer:
     unknown = set(spec) - {"type", "name", "out_channels", "kernel", "mode", "stride", "out_features"}
     if unknown:
         raise PyconvError(f"{where} ({spec['type']}) has unknown keys {_short(sorted(unknown))}")
+    # what each layer type needs: a conv with 0 output channels (or a 0 kernel) would make empty tensors downstream
+    needed = {"conv": ("out_channels", "kernel"), "pool": ("kernel", "stride"), "fc": ("out_features",)}
     for key in ("out_channels", "kernel", "stride", "out_features"):
         v = spec.get(key, 0)
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_DIM:
+        low = 1 if key in needed.get(spec["type"], ()) else 0
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= MAX_DIM:
             raise PyconvError(f"{where} ({spec['type']}): '{key}' must be an integer 1..{MAX_DIM}, got {_short(v)}")
     if spec["type"] in ("conv", "fc"):
         name = spec.get("name")

@@ -10,16 +10,30 @@ A module that links is not yet a module that loads: Python extension modules may
 import, so a source file missing from the build (or a function declared and never defined) still "builds".
 After building, each module target CMake reports (through its file API, `.cmake/api/v1`) is imported in a fresh
 interpreter; one that fails ends the build in one line naming the missing symbol (pyconv.native says the same
-when such a module is imported later; the build says it first)."""
+when such a module is imported later; the build says it first).
+
+A module is never rewritten in place: CMake links into the build folder (<build>/modules), and only a module that
+imports is copied beside its destination (pyconv/, or the student build folder) and renamed over it, so a
+milestone started during a build loads the old module or the new one, never half of one. A module the linker left
+broken (a build killed mid-link leaves a short file newer than its objects, which make takes for up to date) is
+recognised by the record of the last modules that imported (<build>/modules/imported.json) and deleted before the
+next build, which then links it again. Two builds of one folder take turns (a lock on the folder). CMake and its
+children (make, the compilers, the linker) run in a process group of their own: a stopped build stops them all
+and waits for them before it says so."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 from ..core import paths
@@ -30,6 +44,9 @@ from ..core.errors import PyconvError, one_line
 _ARCH = r"[0-9]{2,3}[a-z]?(-real|-virtual)?"
 CUDA_ARCH_RE = re.compile(rf"native|all|all-major|{_ARCH}([;,]{_ARCH})*")
 _FILE_API_QUERY = Path(".cmake/api/v1/query/codemodel-v2")
+LINK_DIR = "modules"  # inside the build folder: where CMake links the modules (PYCONV_MODULE_DIR)
+_IMPORTED = "imported.json"  # in LINK_DIR: (size, mtime) of each linked module that imported
+_STOP_GRACE_S = 20  # how long a stopped build's children get to stop on SIGTERM (make deletes a half target)
 
 # Run in a fresh interpreter per module: the module's own init function, loaded from its file.
 _IMPORT_CHECK = """
@@ -60,10 +77,19 @@ def check_jobs(value) -> int:
     return n or os.cpu_count() or 1
 
 
+def cmake_safe(path: Path, what: str) -> Path:
+    """CMake splits a value at `;` (a list): a path holding one reaches the compiler as two paths, and the build
+    would go on without the half it lost. Refused in one line."""
+    if ";" in str(path):
+        raise PyconvError(f"{what} {str(path)!r} holds a ';', which CMake reads as a list separator: rename or "
+                          "move the folder")
+    return path
+
+
 def build_folder(build_dir: str) -> Path:
     """The build folder: relative to the checkout, or absolute. Never the checkout itself or one of its
     parents, and never a file."""
-    bdir = (paths.ROOT / build_dir).resolve()
+    bdir = cmake_safe((paths.ROOT / build_dir).resolve(), "--build-dir")
     root = paths.ROOT.resolve()
     if bdir == root or bdir in root.parents:
         raise PyconvError(f"--build-dir {build_dir!r} is the checkout or a folder above it; name a folder of its own")
@@ -99,7 +125,7 @@ STUDENT_FILES = ("new-forward.h", "new-forward.cuh")
 
 def student_folder(student: str) -> Path:
     """A student's folder (a team's submission): it must exist and hold new-forward.h and/or new-forward.cuh."""
-    d = Path(student).expanduser().resolve()
+    d = cmake_safe(Path(student).expanduser().resolve(), "--student")
     if not d.is_dir():
         raise PyconvError(f"--student {student!r}: {d} is not a folder")
     if not any((d / f).is_file() for f in STUDENT_FILES):
@@ -127,20 +153,138 @@ def configure_args(bdir: Path, debug: bool, portable: bool, cuda_arch: str, stud
         args.append(f"-DPYCONV_CUBLAS_ROOT={cublas}")
     # No --cuda-arch: drop an earlier one from the cache, so CMakeLists.txt's default applies again.
     args.append(f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}" if cuda_arch else "-UCMAKE_CUDA_ARCHITECTURES")
-    # A student build: the student's folder in the slots' place, the modules in the build folder (never pyconv/).
-    # Spelled out for the plain build too, so neither is kept from an earlier configure of the same folder.
+    # A student build: the student's folder in the slots' place. The modules are linked inside the build folder
+    # and installed from there (install_modules). Spelled out every time, so nothing is kept from an earlier
+    # configure of the same folder.
     args.append(f"-DPYCONV_STUDENT_DIR={student or paths.ROOT / 'native' / 'student'}")
-    args.append(f"-DPYCONV_MODULE_DIR={bdir if student else paths.ROOT / 'pyconv'}")
+    args.append(f"-DPYCONV_MODULE_DIR={bdir / LINK_DIR}")
     return args
 
 
+def module_destination(bdir: Path, student: bool) -> Path:
+    """Where the built modules are installed: pyconv/, or a student build's own folder (PYCONV_NATIVE_DIR)."""
+    return bdir if student else paths.ROOT / "pyconv"
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = _STOP_GRACE_S) -> None:
+    """Stop a child started with start_new_session=True and every process of its group: SIGTERM (make then
+    deletes the target it was writing), SIGKILL after grace_s; returns once the child is reaped."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    # the group outlives its leader while a grandchild finishes: wait until none is left (bounded)
+    for _ in range(int(grace_s * 10)):
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 def _run(argv: list[str], what: str) -> None:
+    """Run a CMake step in a process group of its own; on any interruption (Ctrl-C, SIGTERM, an error) stop
+    the whole group before passing the interruption on."""
     try:
-        code = subprocess.run(argv).returncode
+        proc = subprocess.Popen(argv, start_new_session=True)
     except FileNotFoundError:
         raise PyconvError(f"{argv[0]} not found: install it (pip install -r requirements.txt brings cmake)") from None
+    try:
+        code = proc.wait()
+    except BaseException:
+        stop_group(proc)
+        raise
     if code != 0:
         raise PyconvError(f"{what} failed (`{argv[0]}` exited with status {code}; its messages are above)")
+
+
+@contextlib.contextmanager
+def build_lock(bdir: Path, say=print):
+    """One build of a folder at a time: a second waits for the first (saying so) instead of racing it."""
+    fd = os.open(bdir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another build of {bdir} to finish", flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _stat_key(path: Path) -> list[int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _imported_record(bdir: Path) -> dict:
+    try:
+        record = json.loads((bdir / LINK_DIR / _IMPORTED).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def forget_unproven_modules(bdir: Path) -> list[Path]:
+    """Delete each linked module of the last build that is not the very file that last imported (a link
+    killed midway, a module that failed its import, one changed by hand): make would take it for up to date.
+    The next build links it again. Returns what was deleted."""
+    try:
+        artifacts = module_artifacts(bdir)
+    except PyconvError:
+        return []  # never configured: nothing linked yet
+    proven = _imported_record(bdir)
+    deleted = []
+    for _, path in artifacts:
+        if path.parent != bdir / LINK_DIR:
+            continue  # a folder configured before the modules were linked in the build folder: not ours to delete
+        key = _stat_key(path)
+        if key is not None and proven.get(path.name) != key:
+            path.unlink()
+            deleted.append(path)
+    return deleted
+
+
+def _remember_imported(bdir: Path, built: list[Path]) -> None:
+    record = {**_imported_record(bdir), **{p.name: _stat_key(p) for p in built}}
+    from ..core.fileio import write_text_atomic
+
+    write_text_atomic(bdir / LINK_DIR / _IMPORTED, json.dumps(record, indent=1) + "\n")
+
+
+def install_modules(built: list[Path], dest: Path) -> list[Path]:
+    """Copy each module beside its destination under a temporary name, then rename it over the old one: a
+    process loading the module at that moment gets the old file or the new one, whole. A destination that is
+    already this very build (same size and time) is left alone."""
+    out = []
+    for src in built:
+        target = dest / src.name
+        if target.resolve() == src.resolve():
+            out.append(target)
+            continue
+        key = _stat_key(src)
+        if _stat_key(target) != key:
+            fd, tmp = tempfile.mkstemp(prefix=f".{src.name}.", suffix=".new", dir=dest)
+            os.close(fd)
+            try:
+                shutil.copy2(src, tmp)
+                os.replace(tmp, target)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        out.append(target)
+    return out
 
 
 def module_artifacts(bdir: Path) -> list[tuple[str, Path]]:
@@ -225,7 +369,11 @@ def build(build_dir: str | None = None, debug: bool = False, clean_first: bool =
         query.touch()
     except OSError as e:
         raise PyconvError(f"cannot create the build folder {bdir} ({e.strerror or e})") from None
-    _run(configure_args(bdir, debug, portable, arch, sdir), "CMake configure")
-    _run(["cmake", "--build", str(bdir), "--parallel", str(n_jobs), *(["--target", *wanted] if wanted else [])],
-         "the build")
-    return check_modules(bdir, wanted or None)
+    with build_lock(bdir):
+        forget_unproven_modules(bdir)
+        _run(configure_args(bdir, debug, portable, arch, sdir), "CMake configure")
+        _run(["cmake", "--build", str(bdir), "--parallel", str(n_jobs), *(["--target", *wanted] if wanted else [])],
+             "the build")
+        built = check_modules(bdir, wanted or None)
+        _remember_imported(bdir, built)
+        return install_modules(built, module_destination(bdir, sdir is not None))

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..core import paths
 from ..core.errors import PyconvError
+from ..core.fileio import atomic_folder
 from ..variants import SKELETON_MARKS, holds_skeleton
 
 # Paths (a trailing / is a folder) that a handout leaves out, with why.
@@ -83,8 +84,19 @@ def write_handout(dest, root: Path = paths.ROOT, say=print) -> Path:
     archive = _git(root, "archive", "--format=tar", "HEAD")
     if archive.returncode:
         raise PyconvError(f"git archive failed: {archive.stderr.decode(errors='replace').strip()}")
+    # Written into a folder beside dest and renamed at the end: an interrupted handout leaves no half-made tree
+    # in dest's place (it would block the rerun).
+    with atomic_folder(dest) as tmp:
+        kept, dropped = _write_tree(archive.stdout, tmp, head.stdout.strip())
+    say(f"wrote the student edition of {head.stdout.strip()} to {dest}: {kept} files, {dropped} left out "
+        "(variant files, finished student files, the grader)")
+    return dest
+
+
+def _write_tree(archive: bytes, dest: Path, commit: str) -> tuple[int, int]:
+    """The handout's files from the tar of HEAD, its tasks.py cut, committed as a new repository."""
     kept, dropped = 0, 0
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         # files and links only: their folders are made as needed, so a folder left out leaves no empty husk
         # (an empty pyconv/grading/ would import as a namespace package)
         members = [m for m in tar.getmembers() if m.isfile() or m.issym()]
@@ -96,7 +108,6 @@ def write_handout(dest, root: Path = paths.ROOT, say=print) -> Path:
                 mark = SKELETON_MARKS[Path(slot).name]
                 raise PyconvError(f"the committed {slot} is not the course's skeleton (no '{mark}'): "
                                   "a handout must not carry a solution")
-        dest.mkdir(parents=True, exist_ok=True)
         for m in members:
             if left_out(m.name):
                 dropped += m.isfile()
@@ -105,7 +116,6 @@ def write_handout(dest, root: Path = paths.ROOT, say=print) -> Path:
             kept += m.isfile()
     tasks = dest / "tasks.py"
     tasks.write_text(strip_teacher_tasks(tasks.read_text()))
-    commit = head.stdout.strip()
     env = {**os.environ, "GIT_AUTHOR_NAME": "pyconv handout", "GIT_AUTHOR_EMAIL": "handout@pyconv",
            "GIT_COMMITTER_NAME": "pyconv handout", "GIT_COMMITTER_EMAIL": "handout@pyconv"}
     for args in (["init", "-q"], ["add", "-A"],
@@ -113,6 +123,4 @@ def write_handout(dest, root: Path = paths.ROOT, say=print) -> Path:
         r = subprocess.run(["git", "-C", str(dest), *args], capture_output=True, text=True, env=env, timeout=300)
         if r.returncode:
             raise PyconvError(f"git {args[0]} in {dest} failed: {r.stderr.strip()}")
-    say(f"wrote the student edition of {commit} to {dest}: {kept} files, {dropped} left out "
-        "(variant files, finished student files, the grader)")
-    return dest
+    return kept, dropped

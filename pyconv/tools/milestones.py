@@ -15,6 +15,7 @@ CPU engine (2) or the GPU engine (3, 4, final)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
@@ -151,8 +152,19 @@ def _child(argv: list[str]) -> int:
     p.add_argument("--fallback", action="store_true")
     p.add_argument("--record", default=None)
     a = p.parse_args(argv)
-    rec = None
+    rec: list[layercheck.MilestoneRecord] = []  # filled once the run has one
     trace = profile_hook.child_start()  # only with PYCONV_PROFILE set (`invoke profile`): CUPTI-trace this process
+    try:
+        code = _child_run(a, rec)
+    finally:
+        if rec and not write_record(rec[0], a.record):
+            code = 2
+        # Flush the trace while the CUDA context and the modules are alive, not from an exit handler.
+        profile_hook.child_finish(trace)
+    return code
+
+
+def _child_run(a: argparse.Namespace, rec: list) -> int:
     try:
         m, batch = check_milestone(a.m), check_batch(a.batch)
         print("Loading fashion-mnist data...", end=" ", flush=True)
@@ -167,21 +179,34 @@ def _child(argv: list[str]) -> int:
             run_m1(model, x, labels, device=a.device)
         else:
             if a.record:
-                rec = layercheck.MilestoneRecord(m, model.name, model.digest(), batch, _device_name(m),
-                                                 commit=tags.git_commit(), date=tags.utc_now())
-            if not run_planned(m, model, x, labels, impl=a.impl, gpus=a.gpus, fallback=a.fallback, record=rec):
+                rec.append(layercheck.MilestoneRecord(m, model.name, model.digest(), batch, _device_name(m),
+                                                      commit=tags.git_commit(), date=tags.utc_now()))
+            if not run_planned(m, model, x, labels, impl=a.impl, gpus=a.gpus, fallback=a.fallback,
+                               record=rec[0] if rec else None):
                 return 1
     except (PyconvError, RuntimeError) as e:  # RuntimeError: a native module's own error, one line too
         print(f"error: {one_line(e)}", flush=True)
-        if rec is not None:
-            rec.exit_reason = one_line(e)
+        if rec:
+            rec[0].exit_reason = one_line(e)
         return 2
-    finally:
-        if rec is not None:
-            rec.write(a.record)
-        # Flush the trace while the CUDA context and the modules are alive, not from an exit handler.
-        profile_hook.child_finish(trace)
     return 0
+
+
+def write_record(rec: layercheck.MilestoneRecord, dest: str) -> bool:
+    """Write the run's record to dest; where that fails (the destination became a folder, the disk filled), to
+    dest + '.kept-<pid>.json' beside it, saying so in one line. Returns whether dest got it."""
+    try:
+        rec.write(dest)
+        return True
+    except PyconvError as e:
+        kept = f"{dest}.kept-{os.getpid()}.json"
+        try:
+            rec.write(kept)
+            where = f"the record was written to {kept} instead"
+        except PyconvError as e2:
+            where = f"the record is lost ({one_line(e2)})"
+        print(f"error: --record: {one_line(e)}; {where}", flush=True)
+        return False
 
 
 def student_native_dir(student: str, m: str) -> Path:
@@ -227,7 +252,54 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
     if student is not None:
         if m == "1":
             raise PyconvError("--student: milestone 1 runs PyTorch's convolutions, not a student's")
+        impl = student_impl(m, impl)
         sdir = student_native_dir(student, m)
+    # Every check that can be made before the child starts is made here, before a log is written: the parent
+    # loads the very modules the child will (a student's build through PYCONV_NATIVE_DIR).
+    with native_dir_set(sdir):
+        return _run_checked(m, batch, model, impl, posix, device, gpus, env, fallback, student, sdir, record)
+
+
+def student_impl(m: str, impl: str | None) -> str:
+    """The variant `--student` runs: the student's own (cpu-student for milestone 2, gpu-student for 3, 4 and
+    final); any other --impl would run the project's code under the student's name, and is refused."""
+    own = "cpu-student" if m == "2" else "gpu-student"
+    if impl is not None and impl != own:
+        raise PyconvError(f"--student runs the student's own variant ({own} at milestone {m}); --impl {impl} would "
+                          "not run the student's code (leave --impl out)")
+    return own
+
+
+@contextlib.contextmanager
+def native_dir_set(folder: Path | None):
+    """$PYCONV_NATIVE_DIR = folder for the duration (nothing when None), as the child will have it."""
+    if folder is None:
+        yield
+        return
+    before = os.environ.get(native.ENV_DIR)
+    os.environ[native.ENV_DIR] = str(folder)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(native.ENV_DIR, None)
+        else:
+            os.environ[native.ENV_DIR] = before
+
+
+def check_student_variant(student: str, sdir: Path, m: str, impl: str) -> None:
+    """The student's build must hold the student's variant: a build that left the student's file out (it was
+    missing, or its folder's path was split) would otherwise be blamed on --impl."""
+    found = variants.cpu_variants() if m == "2" else variants.gpu_variants()
+    if impl not in {v.name for v in found}:
+        header = "new-forward.h" if m == "2" else "new-forward.cuh"
+        raise PyconvError(f"--student {student}: the build in {sdir} holds no {impl}: {header} was not compiled into "
+                          f"it; run `invoke build --student {student}` again")
+
+
+def _run_checked(m: str, batch: int, model: str, impl: str | None, posix: bool, device: str, gpus: str,
+                 env: dict | None, fallback: bool, student: str | None, sdir: Path | None,
+                 record: str | None) -> int:
     if record is not None:
         if m == "1":
             raise PyconvError("--record: milestone 1 has no plan to record (record 2, 3, 4 or final)")
@@ -236,11 +308,15 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
         check_writable(Path(record), "--record")
         record = str(Path(record).resolve())
     loaded = load_model(model)  # fail here, in one line, before starting a child
-    if m == "2" and impl is not None:
-        make_plan(m, loaded, batch, impl)  # an --impl milestone 2 cannot run: one line here
     if device not in ("cpu", "gpu", "both"):
         raise PyconvError(f"--device must be cpu, gpu or both, got '{device}'")
     data.check(loaded.input_size)  # a foreign or damaged data file is named here, not in the child
+    data.check_model_input(loaded.name, loaded.input_shape)  # a model the images cannot feed
+    if m == "2":
+        native.cpu()  # a module that is missing or does not load (a wrong $PYCONV_NATIVE_DIR): one line here
+        if sdir is not None:
+            check_student_variant(student, sdir, m, impl)
+        make_plan(m, loaded, batch, impl)  # an --impl milestone 2 cannot run: one line here
     if m == "2":
         from ..engines.cpu import check_memory, peak_bytes
 
@@ -250,6 +326,8 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
         env = {**env, native.ENV_DIR: str(sdir)}
     if m in ("3", "4", "final"):
         native.gpu()  # no GPU or no CUDA build: one line here rather than a failing child
+        if sdir is not None:
+            check_student_variant(student, sdir, m, impl)
         if impl is not None:
             make_plan(m, loaded, batch, impl, fallback)  # an unknown or refused --impl: one line here
     if m == "1":

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..core import paths
 from ..core.fileio import check_writable, write_text_atomic
+from ..core.signals import die_with_parent
 
 
 @dataclass
@@ -119,7 +120,9 @@ def run_timed(argv: list[str], tag: str, posix: bool = False, env: dict | None =
     it is written atomically once the child has ended."""
     echo = echo or sys.stdout
     start = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, bufsize=1)
+    # die_with_parent: a parent killed outright (SIGKILL, which nothing can catch) takes the child with it
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, bufsize=1,
+                            preexec_fn=die_with_parent())
     captured = []
     assert proc.stdout is not None
     try:
