@@ -30,6 +30,19 @@ EXPECTED = {"correct-seven-loops": "ok", "correct-reordered": "ok", "wrong-last-
             "crashes-abort": "crashed", "allocates-without-bound": "out-of-memory", "skeleton": "crashed"}
 
 
+KEY = bytes(range(32))
+
+
+@pytest.fixture(autouse=True)
+def grader_key_file(tmp_path_factory, monkeypatch):
+    """Each test signs with a key of its own (never the user's): the grader and every child read this path."""
+    path = tmp_path_factory.mktemp("key") / "grade-key"
+    path.write_text(KEY.hex() + "\n")
+    path.chmod(0o600)
+    monkeypatch.setenv("PYCONV_GRADE_KEY_FILE", str(path))
+    return path
+
+
 def ok_record(team="t1", s=(0.5, 0.25), **kw) -> dict:
     rec = schema.new_record(team=team, members=["A B"], milestone="2", model="ece408", files={"new-forward.h": "0"},
                             batches=[100, 1000], runs=2, sanitize=False, device="cpu", host="h",
@@ -45,11 +58,12 @@ def ok_record(team="t1", s=(0.5, 0.25), **kw) -> dict:
 def test_a_complete_record_is_valid_and_written_atomically(tmp_path):
     rec = ok_record()
     assert schema.validate(rec) == []
-    path = schema.write_record(tmp_path, rec)
+    grades = tmp_path / "grades"
+    path = schema.write_record(grades, rec, KEY)
     assert path.name == "t1-m2.json"
-    assert json.loads(path.read_text()) == rec
-    assert [p.name for p in tmp_path.iterdir()] == ["t1-m2.json"]  # no temporary file left beside it
-    assert schema.load_records(tmp_path) == [rec]
+    assert json.loads(path.read_text()) == rec and len(rec["signature"]) == 64
+    assert [p.name for p in grades.iterdir()] == ["t1-m2.json"]  # no temporary file left beside it
+    assert schema.load_records(grades) == [rec]
 
 
 @pytest.mark.parametrize("change, problem", [
@@ -71,7 +85,7 @@ def test_a_record_that_breaks_the_schema_is_named(change, problem):
 
 def test_loading_a_broken_record_is_one_line_naming_the_file(tmp_path):
     (tmp_path / "x-m2.json").write_text('{"schema": "pyconv-grade"}')
-    with pytest.raises(PyconvError, match=r"x-m2.json is not a grade record: missing"):
+    with pytest.raises(PyconvError, match=r"x-m2.json: not a grade record: missing"):
         schema.load_records(tmp_path)
 
 
