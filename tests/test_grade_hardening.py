@@ -445,10 +445,10 @@ def test_a_signal_stops_grading_in_one_line_leaving_nothing(tmp_path, signum):
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 240
-        while "hangs" not in (tmp_path / "out").read_text() or not list(scratch.glob("pyconv-grade-*/hangs-*")):
+        while not list(scratch.glob("pyconv-grade-*/hangs-*")):
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "out").read_text()
             time.sleep(0.5)
-        time.sleep(3)  # the hanging team's milestone step is running
+        time.sleep(3)  # the hanging team's steps are running
         if signum == signal.SIGINT:
             os.killpg(proc.pid, signum)
         else:
@@ -465,6 +465,7 @@ def test_a_signal_stops_grading_in_one_line_leaving_nothing(tmp_path, signum):
         assert left == []
         assert list(scratch.glob("pyconv-grade*")) == [] and list(scratch.glob("pyconv-grading-*")) == []
     finally:
+        log.close()
         shutil.rmtree(scratch, ignore_errors=True)
         for pid in (int(e.name) for e in os.scandir("/proc") if e.name.isdigit()):
             try:

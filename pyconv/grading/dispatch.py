@@ -11,6 +11,7 @@ verdict."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
@@ -18,7 +19,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..core.errors import PyconvError
+from ..core.errors import PyconvError, Terminated
 from .job import JobResult, JobSpec, checkout_commit, needs_gpu, node_root, run_job
 from .sandbox import SandboxUnavailable
 
@@ -116,6 +117,7 @@ def _run_on_ray(specs, cluster, say, cpus_per_job):
     # The job code goes to the workers with the task: a copy of just what it imports (this package and two core
     # modules; not the built native modules, which are each node's own). The project it runs is the node's checkout.
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    received: list[int] = []
     staging = tempfile.TemporaryDirectory(prefix="pyconv-grading-")
     try:
         runtime_env = {"py_modules": [str(_job_package(Path(staging.name)))],
@@ -132,10 +134,11 @@ def _run_on_ray(specs, cluster, say, cpus_per_job):
                      logging_level="ERROR", log_to_driver=False)
             where = f"an embedded local Ray ({os.cpu_count()} CPUs, {gpus} GPUs)"
         # Ray's driver installs its own SIGTERM handler (a stack dump, then exit 15 or an abort): the caller's,
-        # which ends in one line after the cleanup below, is put back.
+        # which ends in one line after the cleanup below, is put back, noting the signal on the way (Ray turns any
+        # exception a handler raises inside its waits into a bare KeyboardInterrupt, losing which signal it was).
         for signum, handler in previous.items():
             if callable(handler):
-                signal.signal(signum, handler)
+                signal.signal(signum, functools.partial(_noting, received, handler))
         res = ray.cluster_resources()
         say(f"grading {len(specs)} job(s) on {where}: {len(ray.nodes())} node(s), "
             f"{res.get('CPU', 0):g} CPUs, {res.get('GPU', 0):g} GPUs")
@@ -163,6 +166,10 @@ def _run_on_ray(specs, cluster, say, cpus_per_job):
                 yield spec, None, str(cause).strip().splitlines()[-1], {}
             except ray.exceptions.RayError as e:
                 yield spec, None, f"Ray lost the job: {str(e).splitlines()[0]}", {}
+    except KeyboardInterrupt as e:
+        if received and received[-1] != signal.SIGINT and not isinstance(e, Terminated):
+            raise Terminated(received[-1]) from None
+        raise
     finally:
         # a second signal during the cleanup must not cut it short: Ray's processes and the staging folder go first
         for signum in previous:
@@ -174,6 +181,11 @@ def _run_on_ray(specs, cluster, say, cpus_per_job):
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+def _noting(received: list[int], handler, signum, frame):
+    received.append(signum)
+    handler(signum, frame)
 
 
 def _job_package(dest: Path) -> Path:
