@@ -19,7 +19,10 @@ in the team's own scratch folder under sandbox.run_step's limits. The verdict co
     build-failed   the build exited non-zero (the compiler's first error lines are the evidence)
     wrong          a test shape or a layer check failed (the shape or layer, worst position and error), a
                    Correctness away from the reference's for that model and batch, or a memcheck error
-    ok             everything ran and matched"""
+    ok             everything ran and matched
+(`refused`, for a folder holding what the grader does not read, is decided before any job: pyconv.tools.grade.)
+The job runs under bwrap unless the teacher said --no-sandbox; a node where bwrap does not work refuses it
+(sandbox.SandboxUnavailable: the grader's problem, never the team's verdict)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,12 @@ What every step gets, with or without a sandbox program:
 Where bubblewrap (`bwrap`) works, the step also runs with no network (its own loopback only), its own PID
 namespace (a process that leaves the session still dies with the sandbox), a read-only view of the whole file
 system (/tmp included), other teams' folders hidden, and only its scratch folder writable. Where only
-`unshare` works, the step gets no network and nothing else. What is not isolated is listed in the README."""
+`unshare` works, the step gets no network and nothing else. What is not isolated is listed in the README.
+
+When a step ends, its process group, its session and every process carrying its marker (STEP_MARKER, in its
+environment: one that left the session with setsid still has it) are killed, and the grader checks that none is
+left; what it checked and found is the step's `cleanup`, quoted by the evidence instead of a claim it did not
+check."""
 
 from __future__ import annotations
 

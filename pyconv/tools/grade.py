@@ -4,7 +4,13 @@ A submissions folder holds one folder per team, named for the team (letters, dig
 team's new-forward.h (milestone 2) and/or new-forward.cuh (3, 4, final), and optionally members.txt (one name a
 line). The jobs run through pyconv.grading.dispatch (Ray when installed); each finished job's record is written at
 once, atomically, so an interrupted grading keeps what it finished. Per job, a log of every step (commands,
-limits, times, peak memory, captured output) and of where it ran goes under logs/grades/<date>/."""
+limits, times, peak memory, captured output) and of where it ran goes under logs/grades/<date>/.
+
+Only regular files inside a team's folder are read (never through a symbolic link); a team whose folder holds
+anything else under a team file's name, or whose folder is itself a link, is `refused` without running anything.
+Identical files across teams are named in each record's `same_as`. Without a working bubblewrap nothing runs
+unless the teacher says --no-sandbox. Every record is signed with the grader's key (pyconv.grading.schema).
+docs/grading-trust.md says all of this for the teacher."""
 
 from __future__ import annotations
 
