@@ -18,7 +18,14 @@ import time
 from pathlib import Path
 
 import pytest
-from test_grade import FAKE_PROJECT, KEY, TEAMS, grader_key_file, ok_record  # noqa: F401 (the autouse fixture)
+from test_grade import (  # noqa: F401 (grader_key_file: the autouse fixture)
+    FAKE_PROJECT,
+    KEY,
+    NO_SANDBOX,
+    TEAMS,
+    grader_key_file,
+    ok_record,
+)
 
 from pyconv.core.errors import PyconvError
 from pyconv.grading import sandbox, schema
@@ -134,7 +141,7 @@ def test_refused_and_copied_teams_reach_the_records_and_the_leaderboard(odd_subm
     monkeypatch.setattr(g.paths, "LOGS", tmp_path / "logs")
     grades = tmp_path / "grades"
     said = []
-    assert g.grade(odd_submissions, grades=grades, say=said.append) == 0
+    assert g.grade(odd_submissions, grades=grades, say=said.append, no_sandbox=bool(NO_SANDBOX)) == 0
     assert sorted(ran) == ["alpha", "copy-of-alpha", "different"]
     records = {r["team"]: r for r in schema.load_records(grades)}
     assert records["link-team"]["verdict"] == "refused" and records["link-team"]["stage"] == "files"
@@ -408,7 +415,8 @@ def test_an_address_space_limit_is_refused_before_ray_starts(tmp_path):
     start = time.monotonic()
     r = subprocess.run(["bash", "-c", 'ulimit -v 8000000 && exec "$@"', "-", sys.executable, "-m", "invoke", "grade",
                         "--submissions", str(subs), "--project", str(FAKE_PROJECT), "--grades",
-                        str(tmp_path / "grades")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                        str(tmp_path / "grades"), *NO_SANDBOX], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     assert "Ray cannot run under an address-space limit (ulimit -v 8000000 KiB" in r.stderr
     assert "ulimit -v unlimited" in r.stderr
@@ -440,7 +448,7 @@ def test_a_signal_stops_grading_in_one_line_leaving_nothing(tmp_path, signum):
     log = (tmp_path / "out").open("w+")
     proc = subprocess.Popen([sys.executable, "-m", "invoke", "grade", "--submissions", str(subs), "--batches", "10",
                              "--runs", "1", "--timeout-run", "300", "--project", str(FAKE_PROJECT), "--grades",
-                             str(tmp_path / "grades")], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                             str(tmp_path / "grades"), *NO_SANDBOX], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, "TMPDIR": str(scratch), "PYCONV_LOGS": str(tmp_path / "logs")},
                             start_new_session=True)
     try:
@@ -473,3 +481,36 @@ def test_a_signal_stops_grading_in_one_line_leaving_nothing(tmp_path, signum):
                     os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+# --- class 2, the set-up: one place installs every Debian package the project uses
+
+
+def test_setup_installs_bubblewrap_with_the_data_set_in_one_apt_get(monkeypatch):
+    from pyconv.core import system_packages as sp
+
+    present = set()
+    monkeypatch.setattr(sp, "PACKAGES", {p: (lambda p=p: p in present) for p in sp.PACKAGES})
+    monkeypatch.setattr(sp, "can_install", lambda: True)
+    calls = []
+
+    def fake_run(argv, **kw):
+        calls.append(argv)
+        if argv[:2] == ["apt-get", "install"]:
+            present.update(a for a in argv[2:] if not a.startswith("-"))
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(sp.subprocess, "run", fake_run)
+    assert sp.ensure(say=lambda _: None) == []
+    assert calls == [["apt-get", "install", "-y", "-q", "--no-install-recommends", "dataset-fashion-mnist",
+                      "bubblewrap"]]
+
+
+def test_setup_without_root_says_in_one_line_what_to_install(monkeypatch):
+    from pyconv.core import system_packages as sp
+
+    monkeypatch.setattr(sp, "PACKAGES", {"bubblewrap": lambda: False, "dataset-fashion-mnist": lambda: True})
+    monkeypatch.setattr(sp, "can_install", lambda: False)
+    said = []
+    assert sp.ensure(say=said.append) == ["bubblewrap"]
+    assert len(said) == 1 and "apt-get install bubblewrap" in said[0]
