@@ -245,16 +245,18 @@ def test_a_step_under_bwrap_cannot_read_the_key(tmp_path, grader_key_file):  # n
     assert "PYCONV_GRADE_KEY_FILE" not in sandbox.job_environment(dict(os.environ))
 
 
+# Each parent waits a second, so that its child has left the session before the step ends (else the session's
+# kill takes it, and the test would prove nothing).
 DAEMONS = {
     # leaves the session and the process group, keeps the environment: found by the step's marker
-    "setsid": "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(300)\n",
+    "setsid": "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(300)\ntime.sleep(1)\n",
     # double fork, then setsid in the grandchild: its parent is gone before the step ends
     "double-fork": "import os, time\nif os.fork() == 0:\n    if os.fork() == 0:\n        os.setsid()\n"
-                   "        time.sleep(300)\n    os._exit(0)\n",
+                   "        time.sleep(300)\n    os._exit(0)\ntime.sleep(1)\n",
     # also clears its environment: only bwrap's PID namespace ends it
-    "setsid-clean-env": "import os, sys\nif os.fork() == 0:\n    os.setsid()\n"
+    "setsid-clean-env": "import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n"
                         "    os.execve(sys.executable, [sys.executable, '-c', 'import time; time.sleep(300)', "
-                        "sys.argv[1]], {})\n",
+                        "sys.argv[1]], {})\ntime.sleep(1)\n",
 }
 
 
@@ -270,6 +272,7 @@ def test_a_daemon_does_not_outlive_its_step(tmp_path, isolation, daemon):
     marker = f"daemon-marker-{os.getpid()}-{daemon}-{isolation}"
     r = run_step("d", [sys.executable, "-c", DAEMONS[daemon], marker], scratch=tmp_path, env=dict(os.environ),
                  limits=Limits(wall_s=30), isolation=isolation)
+    time.sleep(0.5)
     left = _alive(marker)
     for pid in left:
         os.kill(int(pid), signal.SIGKILL)
