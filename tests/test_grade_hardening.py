@@ -150,7 +150,8 @@ def test_refused_and_copied_teams_reach_the_records_and_the_leaderboard(odd_subm
     assert any("copy-of-alpha" in s and "identical to alpha's" in s for s in said), said
     lb.write_leaderboard(grades, say=lambda _: None)
     rows = {r["team"]: r for r in csv_rows(grades)}
-    assert rows["alpha"]["notes"] == "new-forward.h identical to copy-of-alpha's"
+    assert rows["alpha"]["notes"] == "new-forward.h identical to copy-of-alpha's" + ("; sandbox: none" if NO_SANDBOX
+                                                                                     else "")
     assert rows["link-etc"]["verdict"] == "refused" and rows["link-etc"]["rank"] == "-"
     assert "SECRET-LINE-408" not in (grades / "leaderboard-m2.csv").read_text()
 
