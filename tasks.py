@@ -101,7 +101,11 @@ def build(c, build_dir=None, debug=False, clean=False, jobs="0", cuda_arch="", p
 @task(help={"source": "as for `invoke data`"})
 @user_errors
 def setup(c, source=None):
-    """Everything a fresh checkout needs: data, then build (Python packages come from requirements.txt)."""
+    """Everything a fresh checkout needs: the Debian packages (pyconv/core/system_packages.py), data, then build
+    (Python packages come from requirements.txt)."""
+    from pyconv.core import system_packages
+
+    system_packages.ensure()
     data(c, source=source)
     build(c)
 
@@ -352,17 +356,18 @@ def promote(c, run=None):
             "cuda_arch": "passed to each team's build (e.g. 90)",
             "project": "testing the grader: a Python script standing in for the project's command line",
             "keep": "keep each job's scratch folder (its build and logs) for inspection",
-            "jobs_cpus": "CPUs each job asks Ray for (default 1)"})
+            "jobs_cpus": "CPUs each job asks Ray for (default 1)",
+            "no_sandbox": "run the teams' code without bubblewrap, with your own rights (each record says so)"})
 @user_errors
 def grade(c, submissions=None, m="2", runs="3", batches=None, model="ece408", sanitize=False, cluster=None,
           grades=None, timeout_build="900", timeout_run="900", memory_mb="8192", cuda_arch="", project=None,
-          keep=False, jobs_cpus="1"):
+          keep=False, jobs_cpus="1", no_sandbox=False):
     """Grade every team of a submissions folder at one milestone (on Ray): a JSON record each in results/grades/."""
     from pyconv.tools import grade as g
 
     code = g.grade(submissions, m=m, runs=runs, batches=batches, model=model, sanitize=sanitize, cluster=cluster,
                    grades=grades, timeout_build=timeout_build, timeout_run=timeout_run, memory_mb=memory_mb,
-                   cuda_arch=cuda_arch, project=project, keep=keep, jobs_cpus=jobs_cpus)
+                   cuda_arch=cuda_arch, project=project, keep=keep, jobs_cpus=jobs_cpus, no_sandbox=no_sandbox)
     if code:
         raise Exit(code=code)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pyconv.core.errors import PyconvError
-from pyconv.grading import dispatch, schema
+from pyconv.grading import dispatch, sandbox, schema
 from pyconv.grading.job import classify, correctness_matches
 from pyconv.grading.sandbox import Limits, StepResult, run_step
 from pyconv.tools import leaderboard as lb
@@ -28,6 +28,21 @@ FAKE_PROJECT = FIXTURES / "fake_project" / "fake_project.py"
 EXPECTED = {"correct-seven-loops": "ok", "correct-reordered": "ok", "wrong-last-row": "wrong",
             "does-not-compile": "build-failed", "hangs": "timeout", "crashes-segfault": "crashed",
             "crashes-abort": "crashed", "allocates-without-bound": "out-of-memory", "skeleton": "crashed"}
+
+
+KEY = bytes(range(32))
+# Grading refuses to run without a working bubblewrap: where it does not work, the tests say --no-sandbox
+NO_SANDBOX = [] if sandbox.bwrap_problem() is None else ["--no-sandbox"]
+
+
+@pytest.fixture(autouse=True)
+def grader_key_file(tmp_path_factory, monkeypatch):
+    """Each test signs with a key of its own (never the user's): the grader and every child read this path."""
+    path = tmp_path_factory.mktemp("key") / "grade-key"
+    path.write_text(KEY.hex() + "\n")
+    path.chmod(0o600)
+    monkeypatch.setenv("PYCONV_GRADE_KEY_FILE", str(path))
+    return path
 
 
 def ok_record(team="t1", s=(0.5, 0.25), **kw) -> dict:
@@ -45,11 +60,12 @@ def ok_record(team="t1", s=(0.5, 0.25), **kw) -> dict:
 def test_a_complete_record_is_valid_and_written_atomically(tmp_path):
     rec = ok_record()
     assert schema.validate(rec) == []
-    path = schema.write_record(tmp_path, rec)
+    grades = tmp_path / "grades"
+    path = schema.write_record(grades, rec, KEY)
     assert path.name == "t1-m2.json"
-    assert json.loads(path.read_text()) == rec
-    assert [p.name for p in tmp_path.iterdir()] == ["t1-m2.json"]  # no temporary file left beside it
-    assert schema.load_records(tmp_path) == [rec]
+    assert json.loads(path.read_text()) == rec and len(rec["signature"]) == 64
+    assert [p.name for p in grades.iterdir()] == ["t1-m2.json"]  # no temporary file left beside it
+    assert schema.load_records(grades) == [rec]
 
 
 @pytest.mark.parametrize("change, problem", [
@@ -71,7 +87,7 @@ def test_a_record_that_breaks_the_schema_is_named(change, problem):
 
 def test_loading_a_broken_record_is_one_line_naming_the_file(tmp_path):
     (tmp_path / "x-m2.json").write_text('{"schema": "pyconv-grade"}')
-    with pytest.raises(PyconvError, match=r"x-m2.json is not a grade record: missing"):
+    with pytest.raises(PyconvError, match=r"x-m2.json: not a grade record: missing"):
         schema.load_records(tmp_path)
 
 
@@ -188,7 +204,8 @@ def test_leaderboard_of_nothing_is_one_line(tmp_path):
 def test_a_gpu_milestone_without_a_gpu_is_one_line(tmp_path):
     pytest.importorskip("ray")
     r = subprocess.run([sys.executable, "-m", "invoke", "grade", "--submissions", str(FIXTURES / "gpu-teams"), "--m",
-                        "3", "--grades", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                        "3", "--grades", str(tmp_path), *NO_SANDBOX], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 1 and "need a GPU" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -211,7 +228,7 @@ def grade_fixture(grades: Path, extra=(), env=None):
     """`invoke grade --m 2` over the fixture teams with the stand-in project (small batches, short limits)."""
     argv = [sys.executable, "-m", "invoke", "grade", "--submissions", str(TEAMS), "--m", "2", "--batches", "10,50",
             "--runs", "2", "--timeout-run", "8", "--timeout-build", "120", "--memory-mb", "1024", "--project",
-            str(FAKE_PROJECT), "--grades", str(grades), *extra]
+            str(FAKE_PROJECT), "--grades", str(grades), *NO_SANDBOX, *extra]
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, **(env or {})})
 
@@ -270,7 +287,7 @@ def test_a_record_changed_while_grading_is_written_again(tmp_path, monkeypatch):
     monkeypatch.setattr(g, "run_jobs", fake_run_jobs)
     monkeypatch.setattr(g.paths, "LOGS", tmp_path / "logs")
     said = []
-    assert g.grade(TEAMS, grades=grades, say=said.append) == 0
+    assert g.grade(TEAMS, grades=grades, say=said.append, no_sandbox=bool(NO_SANDBOX)) == 0
     first = sorted(p.name for p in TEAMS.iterdir() if p.is_dir())[0]
     assert any("was changed while grading" in line and first in line for line in said), said
     assert schema.load_records(grades)[0]["team"] == first and schema.validate(schema.load_records(grades)[0]) == []

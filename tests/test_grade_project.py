@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pyconv.core import paths
-from pyconv.grading import schema
+from pyconv.grading import sandbox, schema
 
 ROOT = Path(__file__).resolve().parent.parent
 TEAMS = ROOT / "tests" / "fixtures" / "teams"
@@ -41,7 +41,8 @@ def test_three_teams_through_the_project(tmp_path):
         (subs / team / "new-forward.h").write_text((TEAMS / team / "new-forward.h").read_text())
     r = subprocess.run([sys.executable, "-m", "invoke", "grade", "--submissions", str(subs), "--m", "2",
                         "--batches", "100", "--runs", "1", "--grades", str(tmp_path / "grades"),
-                        "--timeout-build", "1800", "--timeout-run", "600", "--cuda-arch", "90"],
+                        "--timeout-build", "1800", "--timeout-run", "600", "--cuda-arch", "90",
+                        *([] if sandbox.bwrap_problem() is None else ["--no-sandbox"])],
                        cwd=ROOT, capture_output=True, text=True, timeout=5400,
                        env={**os.environ, "PYCONV_LOGS": str(tmp_path / "logs")})
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]

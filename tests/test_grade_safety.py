@@ -38,7 +38,7 @@ def probe(tmp_path, monkeypatch, isolation, what, env=(), hide=(), **limits):
                    build_limits=Limits(wall_s=120), run_limits=Limits(wall_s=60, **limits), commit="test",
                    date="2026-01-01T00:00:00+00:00", root=str(ROOT),
                    project=["python3", str(FAKE_PROJECT)], scratch_base=str(tmp_path / "jobs"),
-                   hide=[str(h) for h in hide])
+                   hide=[str(h) for h in hide], sandbox="bwrap" if isolation == "bwrap" else "none")
     result = run_job(spec)
     found = dict(re.findall(r"^PROBE (\S+) (.*)$", result.log, re.MULTILINE))
     return result.record, found

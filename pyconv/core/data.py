@@ -18,8 +18,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-import shutil
-import subprocess
 import urllib.error
 import urllib.request
 import zlib
@@ -28,14 +26,14 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from . import paths
+from . import paths, system_packages
 from .errors import PyconvError
 from .fileio import atomic_path, check_free_space, check_writable, read_bounded, write_hdf5_atomic
 
 FORMAT = "pyconv-fashion-mnist"
 VERSION = 2  # 1: sizes 28, 48, 64, 72; 2: adds 70 (Fall 2019)
 SIZES = (28, 48, 64, 70, 72)  # 28 is the original; the others are the course's resized sets
-SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
+SYSTEM_DIR = system_packages.FASHION_MNIST_DIR
 APT_PACKAGE = "dataset-fashion-mnist"
 URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
 
@@ -67,14 +65,7 @@ def _folder_has_all(folder: Path) -> bool:
 
 def _apt_install() -> bool:
     """Install the Debian package when we are root and apt-get exists; True when the files are then there."""
-    if os.name != "posix" or os.geteuid() != 0 or not shutil.which("apt-get"):
-        return False
-    print(f"installing the Debian package {APT_PACKAGE} ...", flush=True)
-    r = subprocess.run(["apt-get", "install", "-y", "-q", APT_PACKAGE], capture_output=True, text=True)
-    if r.returncode != 0:  # the package index may be stale on a fresh machine
-        subprocess.run(["apt-get", "update", "-q"], capture_output=True, text=True)
-        r = subprocess.run(["apt-get", "install", "-y", "-q", APT_PACKAGE], capture_output=True, text=True)
-    return r.returncode == 0 and _folder_has_all(SYSTEM_DIR)
+    return system_packages.install([APT_PACKAGE]) and _folder_has_all(SYSTEM_DIR)
 
 
 def _download(dest: Path) -> None:

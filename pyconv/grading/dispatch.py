@@ -11,6 +11,7 @@ verdict."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
@@ -18,8 +19,9 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..core.errors import PyconvError
+from ..core.errors import PyconvError, Terminated
 from .job import JobResult, JobSpec, checkout_commit, needs_gpu, node_root, run_job
+from .sandbox import SandboxUnavailable
 
 
 class GraderError(Exception):
@@ -36,7 +38,24 @@ def grade_on_this_node(spec: JobSpec) -> JobResult:
     if spec.project is None and commit != spec.commit:
         raise GraderError(f"the checkout at {root} on {socket.gethostname()} is at {commit}, "
                           f"the grading run at {spec.commit}: records would not be comparable")
-    return run_job(spec)
+    try:
+        return run_job(spec)
+    except SandboxUnavailable as e:
+        raise GraderError(str(e)) from None
+
+
+def address_space_problem() -> str | None:
+    """Why Ray cannot start under this process's address-space limit (`ulimit -v`), or None. Ray's processes
+    reserve tens of GiB of virtual memory (its object store, gRPC's arenas) and fail to map it one by one, while
+    the driver waits: measured, 14 silent minutes under `ulimit -v 8000000` before this check."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    return (f"Ray cannot run under an address-space limit (ulimit -v {soft // 1024} KiB here): its processes "
+            "reserve far more virtual memory than they use. Raise it for this shell (ulimit -v unlimited) and run "
+            "again; the memory each team may use is --memory-mb (enforced per step)")
 
 
 def ray_available() -> bool:
@@ -88,25 +107,38 @@ def run_jobs(specs: list[JobSpec], cluster: str | None, say: Callable[[str], Non
 
 
 def _run_on_ray(specs, cluster, say, cpus_per_job):
+    why = address_space_problem()
+    if why:
+        raise PyconvError(why)
+    import signal
+
     import ray
 
     # The job code goes to the workers with the task: a copy of just what it imports (this package and two core
     # modules; not the built native modules, which are each node's own). The project it runs is the node's checkout.
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    received: list[int] = []
     staging = tempfile.TemporaryDirectory(prefix="pyconv-grading-")
-    runtime_env = {"py_modules": [str(_job_package(Path(staging.name)))],
-                   "env_vars": {k: v for k, v in os.environ.items() if k.startswith("PYCONV_")}}
-    if cluster:
-        try:
-            ray.init(address=cluster, runtime_env=runtime_env, logging_level="ERROR", log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as e:
-            raise PyconvError(f"cannot reach the Ray cluster at {cluster}: {str(e).splitlines()[0]}") from None
-        where = f"the Ray cluster at {cluster}"
-    else:
-        gpus = visible_gpus()
-        ray.init(num_cpus=os.cpu_count(), num_gpus=gpus, include_dashboard=False, runtime_env=runtime_env,
-                 logging_level="ERROR", log_to_driver=False)
-        where = f"an embedded local Ray ({os.cpu_count()} CPUs, {gpus} GPUs)"
     try:
+        runtime_env = {"py_modules": [str(_job_package(Path(staging.name)))],
+                       "env_vars": {k: v for k, v in os.environ.items() if k.startswith("PYCONV_")}}
+        if cluster:
+            try:
+                ray.init(address=cluster, runtime_env=runtime_env, logging_level="ERROR", log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as e:
+                raise PyconvError(f"cannot reach the Ray cluster at {cluster}: {str(e).splitlines()[0]}") from None
+            where = f"the Ray cluster at {cluster}"
+        else:
+            gpus = visible_gpus()
+            ray.init(num_cpus=os.cpu_count(), num_gpus=gpus, include_dashboard=False, runtime_env=runtime_env,
+                     logging_level="ERROR", log_to_driver=False)
+            where = f"an embedded local Ray ({os.cpu_count()} CPUs, {gpus} GPUs)"
+        # Ray's driver installs its own SIGTERM handler (a stack dump, then exit 15 or an abort): the caller's,
+        # which ends in one line after the cleanup below, is put back, noting the signal on the way (Ray turns any
+        # exception a handler raises inside its waits into a bare KeyboardInterrupt, losing which signal it was).
+        for signum, handler in previous.items():
+            if callable(handler):
+                signal.signal(signum, functools.partial(_noting, received, handler))
         res = ray.cluster_resources()
         say(f"grading {len(specs)} job(s) on {where}: {len(ray.nodes())} node(s), "
             f"{res.get('CPU', 0):g} CPUs, {res.get('GPU', 0):g} GPUs")
@@ -118,7 +150,10 @@ def _run_on_ray(specs, cluster, say, cpus_per_job):
             opts = {"num_cpus": cpus_per_job, "num_gpus": 1 if needs_gpu(spec.milestone) else 0, "max_retries": 0}
             pending[remote.options(**opts).remote(spec)] = spec
         while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
+            # a short wait at a time: a signal's handler runs between two waits, never after the last job
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+            if not done:
+                continue
             ref = done[0]
             spec = pending.pop(ref)
             try:
@@ -131,9 +166,26 @@ def _run_on_ray(specs, cluster, say, cpus_per_job):
                 yield spec, None, str(cause).strip().splitlines()[-1], {}
             except ray.exceptions.RayError as e:
                 yield spec, None, f"Ray lost the job: {str(e).splitlines()[0]}", {}
+    except KeyboardInterrupt as e:
+        if received and received[-1] != signal.SIGINT and not isinstance(e, Terminated):
+            raise Terminated(received[-1]) from None
+        raise
     finally:
-        ray.shutdown()
-        staging.cleanup()
+        # a second signal during the cleanup must not cut it short: Ray's processes and the staging folder go first
+        for signum in previous:
+            signal.signal(signum, signal.SIG_IGN)
+        try:
+            if ray.is_initialized():
+                ray.shutdown()
+            staging.cleanup()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+def _noting(received: list[int], handler, signum, frame):
+    received.append(signum)
+    handler(signum, frame)
 
 
 def _job_package(dest: Path) -> Path:

@@ -19,7 +19,10 @@ in the team's own scratch folder under sandbox.run_step's limits. The verdict co
     build-failed   the build exited non-zero (the compiler's first error lines are the evidence)
     wrong          a test shape or a layer check failed (the shape or layer, worst position and error), a
                    Correctness away from the reference's for that model and batch, or a memcheck error
-    ok             everything ran and matched"""
+    ok             everything ran and matched
+(`refused`, for a folder holding what the grader does not read, is decided before any job: pyconv.tools.grade.)
+The job runs under bwrap unless the teacher said --no-sandbox; a node where bwrap does not work refuses it
+(sandbox.SandboxUnavailable: the grader's problem, never the team's verdict)."""
 
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import schema
-from .sandbox import Limits, StepResult, job_environment, run_step
+from .sandbox import RUN_MARKER, Limits, SandboxUnavailable, StepResult, bwrap_problem, job_environment, run_step
 
 TEAM_FILES = ("new-forward.h", "new-forward.cuh")
 MEMBERS_FILE = "members.txt"
@@ -88,6 +91,8 @@ class JobSpec:
     scratch_base: str = ""  # where job folders go ("" = the system's temporary folder)
     keep_scratch: bool = False
     hide: list[str] = field(default_factory=list)  # folders covered inside the sandbox (submissions, grades)
+    sandbox: str = "bwrap"  # "bwrap": required (a node without a working one refuses the job); "none": --no-sandbox
+    run_id: str = ""  # in every step's environment (sandbox.RUN_MARKER): a stopped run finds what its jobs left
 
 
 @dataclass
@@ -165,6 +170,16 @@ class _Job:
         self.root = node_root(spec).resolve()
         self.gpu = needs_gpu(spec.milestone)
         self.log: list[str] = []
+        # Checked for every job, where it runs: a node whose bwrap broke since the last job refuses this one
+        if spec.sandbox == "bwrap":
+            why = bwrap_problem()
+            if why:
+                raise SandboxUnavailable(f"{socket.gethostname()}: {why}; the job was not run")
+            self.isolation = "bwrap"
+            self.sandbox_note = "bwrap"
+        else:
+            self.isolation = "none"
+            self.sandbox_note = "none: --no-sandbox (the team's code ran with the grader's rights)"
         # Its own folder under /tmp, not /tmp itself: the sandbox covers the base (hiding other teams' jobs)
         base = Path(spec.scratch_base) if spec.scratch_base else Path(tempfile.gettempdir()) / "pyconv-grade"
         base.mkdir(parents=True, exist_ok=True)
@@ -180,13 +195,16 @@ class _Job:
                     "PYTHONDONTWRITEBYTECODE": "1", "PYCONV_COMMIT": spec.commit,
                     # the node's checkout, never the copy of the job's code that Ray put on PYTHONPATH
                     "PYTHONPATH": str(self.root)}
+        if spec.run_id:
+            self.env[RUN_MARKER] = spec.run_id
         for d in ("team", "logs", "tmp", "home", "runs"):
             (self.scratch / d).mkdir()
         for name, text in spec.files.items():
             (self.team_dir / name).write_text(text)
 
     def step(self, name: str, argv: list[str], limits: Limits, gpu: bool = False) -> StepResult:
-        r = run_step(name, argv, scratch=self.scratch, env=self.env, limits=limits, gpu=gpu, hide=self.hide)
+        r = run_step(name, argv, scratch=self.scratch, env=self.env, limits=limits, gpu=gpu, hide=self.hide,
+                     isolation=self.isolation)
         # Paths that differ from one job or node to the next never reach the evidence: the team's own files
         # are named as the team named them, the scratch and the checkout by placeholders.
         r.output = (r.output.replace(str(self.team_dir) + "/", "").replace(str(self.scratch), "<scratch>")
@@ -219,6 +237,7 @@ class _Job:
                                 files=files_digest(s.files), batches=s.batches, runs=s.runs, sanitize=s.sanitize,
                                 device=device_name(self.gpu), host=socket.gethostname(), date=s.date,
                                 commit=s.commit)
+        rec["sandbox"] = self.sandbox_note
         slot = slot_for(s.milestone)
         if slot not in s.files:
             return schema.finish(rec, "build-failed", "build",
@@ -295,7 +314,7 @@ class _Job:
 def classify(r: StepResult, stage: str, mrec: dict | None = None) -> tuple[str, str, list[str]] | None:
     """(verdict, stage, evidence) for a step that went wrong, None for one that went right."""
     if r.killed == "timeout":
-        return "timeout", stage, [f"{stage}: {r.detail}; every process of the job was killed", *_tail(r.output)]
+        return "timeout", stage, [f"{stage}: {r.detail}; {r.cleanup or 'killed'}", *_tail(r.output)]
     if r.killed == "memory":
         return "out-of-memory", stage, [f"{stage}: {r.detail}; killed", *_tail(r.output)]
     if r.killed in ("processes", "disk"):

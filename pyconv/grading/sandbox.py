@@ -14,12 +14,18 @@ What every step gets, with or without a sandbox program:
 Where bubblewrap (`bwrap`) works, the step also runs with no network (its own loopback only), its own PID
 namespace (a process that leaves the session still dies with the sandbox), a read-only view of the whole file
 system (/tmp included), other teams' folders hidden, and only its scratch folder writable. Where only
-`unshare` works, the step gets no network and nothing else. What is not isolated is listed in the README."""
+`unshare` works, the step gets no network and nothing else. What is not isolated is listed in the README.
+
+When a step ends, its process group, its session and every process carrying its marker (STEP_MARKER, in its
+environment: one that left the session with setsid still has it) are killed, and the grader checks that none is
+left; what it checked and found is the step's `cleanup`, quoted by the evidence instead of a claim it did not
+check."""
 
 from __future__ import annotations
 
 import glob
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -31,6 +37,8 @@ from pathlib import Path
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MB = 1 << 20
+STEP_MARKER = "PYCONV_GRADE_STEP"  # in every step's environment: finds the processes that left its session
+RUN_MARKER = "PYCONV_GRADE_RUN"  # in every job's environment: finds what a stopped grading run left behind
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,7 @@ class StepResult:
     detail: str = ""  # why it was killed, in words that do not change from one run to the next
     measured: str = ""  # the value measured when it was killed (for the log: it varies between runs)
     isolation: str = "none"
+    cleanup: str = ""  # what the grader checked when it ended the step's processes, and what it found left
 
     @property
     def signal_name(self) -> str | None:
@@ -74,34 +83,51 @@ def _signame(n: int) -> str:
         return f"signal {n}"
 
 
-# --- which sandbox program works here (tested once per process: present is not enough, namespaces may be off)
+# --- which sandbox program works here: checked for every job (a node's bwrap can break or be removed while a Ray
+# worker lives on), never cached; present is not enough, namespaces may be off
 
-_ISOLATION: str | None = None
+BWRAP_PROBE = ["bwrap", "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--die-with-parent", "--", "true"]
+
+
+class SandboxUnavailable(Exception):
+    """A job that must run under bwrap found none that works on its node (the grader's problem, not the team's)."""
+
+
+def _probe(argv: list[str]) -> str | None:
+    """None when argv starts a process here; else why not, in a few words."""
+    if shutil.which(argv[0]) is None:
+        return "not installed"
+    try:
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    return None if r.returncode == 0 else (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+
+
+def bwrap_problem() -> str | None:
+    """None when bubblewrap works here; else what is wrong, as the end of a sentence."""
+    forced = os.environ.get("PYCONV_GRADE_ISOLATION")
+    if forced in ("none", "unshare"):
+        return f"PYCONV_GRADE_ISOLATION={forced} turns its sandbox (bubblewrap) off"
+    why = _probe(BWRAP_PROBE)
+    if why == "not installed":
+        return "bubblewrap (bwrap), its sandbox, is not installed"
+    if why:
+        return f"bubblewrap (bwrap) is installed but cannot start a sandbox here ({why[:160]})"
+    return None
 
 
 def detect_isolation() -> str:
-    """'bwrap', 'unshare' or 'none': the strongest sandbox that actually starts a process on this machine.
+    """'bwrap', 'unshare' or 'none': the strongest sandbox that actually starts a process on this machine now.
     PYCONV_GRADE_ISOLATION=none|unshare|bwrap forces a weaker one (for comparison and tests)."""
-    global _ISOLATION
     forced = os.environ.get("PYCONV_GRADE_ISOLATION")
     if forced in ("none", "unshare", "bwrap"):
         return forced
-    if _ISOLATION is None:
-        _ISOLATION = "none"
-        for kind, probe in (("bwrap", ["bwrap", "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid",
-                                        "--die-with-parent", "--", "true"]),
-                            ("unshare", _unshare_prefix() + ["true"])):
-            if shutil.which(probe[0]) is None:
-                continue
-            try:
-                ok = subprocess.run(probe, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, timeout=20).returncode == 0
-            except (OSError, subprocess.TimeoutExpired):
-                ok = False
-            if ok:
-                _ISOLATION = kind
-                break
-    return _ISOLATION
+    if _probe(BWRAP_PROBE) is None:
+        return "bwrap"
+    if _probe(_unshare_prefix() + ["true"]) is None:
+        return "unshare"
+    return "none"
 
 
 def _unshare_prefix() -> list[str]:
@@ -136,17 +162,19 @@ def bwrap_prefix(scratch: Path, hide: list[Path], limits: Limits, gpu: bool) -> 
 
 def secret_files() -> list[Path]:
     """Files a job must not read even though the grader can: Ray's cluster token (whoever holds it can run code
-    on every node of the cluster)."""
-    out = [Path.home() / ".ray" / "auth_token"]
+    on every node of the cluster) and the key that signs the grade records (whoever holds it can forge one)."""
+    from .schema import key_path
+
+    out = [Path.home() / ".ray" / "auth_token", key_path()]
     if os.environ.get("RAY_AUTH_TOKEN_PATH"):
         out.append(Path(os.environ["RAY_AUTH_TOKEN_PATH"]))
     return [f.resolve() for f in out if f.is_file()]
 
 
 def job_environment(base: dict[str, str]) -> dict[str, str]:
-    """The grader's environment without Ray's own variables (RAY_AUTH_TOKEN among them); CUDA_VISIBLE_DEVICES,
-    which Ray set for this job's GPU, stays."""
-    return {k: v for k, v in base.items() if not k.startswith("RAY_")}
+    """The grader's environment without Ray's own variables (RAY_AUTH_TOKEN among them) and without the path of
+    the grader's key; CUDA_VISIBLE_DEVICES, which Ray set for this job's GPU, stays."""
+    return {k: v for k, v in base.items() if not k.startswith("RAY_") and k != "PYCONV_GRADE_KEY_FILE"}
 
 
 # The launcher sets the rlimits, then execs the step: it runs outside the sandbox, before bwrap.
@@ -172,6 +200,11 @@ def run_step(name: str, argv: list[str], *, scratch: Path, env: dict[str, str], 
         prefix = _unshare_prefix()
     else:
         prefix = []
+    # Every process of the step inherits this marker: one that leaves the session (setsid) and its process group
+    # is still found by it in /proc and killed with the rest (unless it also clears its environment, which only
+    # bwrap's PID namespace covers).
+    marker = f"{STEP_MARKER}={secrets.token_hex(8)}"
+    env = {**env, STEP_MARKER: marker.split("=", 1)[1]}
     as_mb = 0 if gpu else limits.memory_mb
     cpu_s = limits.cpu_s or int(2 * limits.wall_s) + 1
     full = [sys.executable, "-c", _LAUNCHER, str(as_mb), str(limits.file_mb), str(cpu_s), "--", *prefix, *argv]
@@ -210,19 +243,24 @@ def run_step(name: str, argv: list[str], *, scratch: Path, env: dict[str, str], 
                     killed, detail = "disk", f"wrote more than {limits.disk_mb} MiB into its folder"
                     measured = f"{used / MB:.0f} MiB written"
             if killed:
-                _kill_session(proc.pid)
+                _kill_session(proc.pid, marker)
         else:
-            _kill_session(proc.pid)  # a process forked after the first kill
+            _kill_session(proc.pid, marker)  # a process forked after the first kill
         time.sleep(0.05)
     elapsed = time.monotonic() - start
-    _kill_session(proc.pid)  # anything the step left behind (a daemon, a process that outlived its parent)
+    # anything the step left behind (a daemon, a process that outlived its parent), then a check that it is gone
+    left = _end_all(proc.pid, marker)
+    cleanup = ("every process found in its session, its process group or carrying its marker was killed"
+               if not left else f"{left} of its processes could not be killed")
+    if isolation == "bwrap" and not left:
+        cleanup += " (and its sandbox's PID namespace ended)"
     proc.returncode = os.waitstatus_to_exitcode(status)
     reader.join(timeout=5)
     proc.stdout.close()
     peak_rss = max(peak_rss, ru.ru_maxrss * 1024)
     return StepResult(name=name, returncode=proc.returncode, elapsed_s=elapsed, peak_rss_mb=peak_rss / MB,
                       output=reader.text(), killed=killed, detail=detail, measured=measured,
-                      isolation=isolation)
+                      isolation=isolation, cleanup=cleanup)
 
 
 def _session_usage(sid: int) -> tuple[int, int]:
@@ -244,20 +282,80 @@ def _session_usage(sid: int) -> tuple[int, int]:
     return count, rss
 
 
-def _kill_session(sid: int) -> None:
-    """SIGKILL the process group and every process still in the session (one that changed its group too)."""
+def _pids() -> list[int]:
+    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
+
+
+def _carries(pid: int, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return marker in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _members(sid: int, marker: str | None) -> list[int]:
+    """Processes in session `sid` (or group `sid`), and with a marker, every process whose environment holds it."""
+    out, m = [], marker.encode() if marker else None
+    for pid in _pids():
+        try:
+            if os.getsid(pid) == sid or os.getpgid(pid) == sid:
+                out.append(pid)
+                continue
+        except (ProcessLookupError, PermissionError):
+            continue
+        if m and _carries(pid, m):
+            out.append(pid)
+    return out
+
+
+def _kill_session(sid: int, marker: str | None = None) -> None:
+    """SIGKILL the process group, every process still in the session (one that changed its group too), and with
+    a marker every process that carries it (one that left the session with setsid)."""
     try:
         os.killpg(sid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
+    for pid in _members(sid, marker):
+        if pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _end_all(sid: int, marker: str, wait_s: float = 5.0) -> int:
+    """Kill what is left of a step and check: how many of its processes are still alive after `wait_s` (a
+    SIGKILLed process takes a moment to go; a zombie whose parent is gone counts as gone)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        _kill_session(sid, marker)
+        left = [p for p in _members(sid, marker) if p != os.getpid() and not _zombie(p)]
+        if not left or time.monotonic() > deadline:
+            return len(left)
+        time.sleep(0.1)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat[stat.rindex(b")") + 2:][:1] == b"Z"
+    except (OSError, ValueError):
+        return True
+
+
+def sweep(marker_name: str, value: str) -> int:
+    """Kill every process whose environment holds marker_name=value (the steps of a grading run that was stopped
+    while its jobs ran); returns how many were found."""
+    m = f"{marker_name}={value}".encode()
+    found = [p for p in _pids() if p != os.getpid() and _carries(p, m)]
+    for pid in found:
         try:
-            if os.getsid(int(entry.name)) == sid:
-                os.kill(int(entry.name), signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+    return len(found)
 
 
 def _folder_bytes(folder: Path) -> int:

@@ -4,7 +4,13 @@ Per milestone: the teams whose verdict is ok ranked by the sum of their conv lay
 the fastest of their timed runs), with each layer's time, the Correctness at each batch, and how many standard
 deviations the sum lies from the class median (negative: faster than the median); the teams with another verdict
 below them, unranked, with the verdict and its first line of evidence. Written as Markdown, CSV and a PNG
-beside the records (leaderboard-m<M>.md/.csv/.png)."""
+beside the records (leaderboard-m<M>.md/.csv/.png).
+
+Only records the grader signed are read (pyconv.grading.schema): a damaged, forged or unsigned file, or one that
+is not a regular file (a FIFO would block the reader), is named in one line and left out; the rest are ranked.
+Every cell a team controls (members, evidence, the device its run reported) is written so that it cannot act:
+in the CSV a cell that starts with = + - @ tab or CR gets a leading ' (as spreadsheet-safe CSV writers do, after
+OWASP's "CSV injection"); in the Markdown, pipes, backticks, emphasis, brackets and HTML are escaped."""
 
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ import io
 import statistics
 from pathlib import Path
 
-from ..core.errors import PyconvError
+from ..core.errors import PyconvError, one_line
 from ..core.fileio import atomic_path, write_text_atomic
 from ..grading import schema
 
@@ -49,11 +55,40 @@ def _layers(rows: list[dict]) -> int:
     return max((len(r["op_times"]) for r in rows if r["op_times"]), default=0)
 
 
+def notes(rec: dict) -> str:
+    """What the teacher should look at: files identical to another team's, and a team graded without a sandbox."""
+    out = [f"{name} identical to {', '.join(teams)}'s" for name, teams in sorted(rec["same_as"].items()) if teams]
+    if rec["sandbox"] != "bwrap" and rec["verdict"] != "refused":
+        out.append(f"sandbox: {rec['sandbox']}")
+    return "; ".join(out)
+
+
+# The columns whose text comes from a team (its members.txt, its program's output): neutralised on the way out.
+TEAM_TEXT = ("members", "device", "evidence", "notes")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(cell: str) -> str:
+    """A CSV cell a spreadsheet shows as text, never runs: a leading ' before = + - @ tab CR (OWASP)."""
+    return "'" + cell if cell.startswith(_FORMULA_START) else cell
+
+
+def markdown_safe(cell: str, width: int = 120) -> str:
+    """A Markdown table cell that stays one cell of plain text: one line, at most `width` characters of the
+    original, with Markdown's and HTML's active characters escaped."""
+    text = one_line(cell.replace("\t", " "))[:width]
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    for ch in "\\|`*_[]":
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
 def table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     """Header and cells shared by the Markdown and the CSV."""
     batches, nlayers = _batches(rows), _layers(rows)
     head = (["rank", "team", "members", "sum of Op Times (s)"] + [f"layer {i + 1} (s)" for i in range(nlayers)]
-            + [f"Correctness {b}" for b in batches] + ["verdict", "sd from median", "device", "date", "evidence"])
+            + [f"Correctness {b}" for b in batches]
+            + ["verdict", "sd from median", "device", "date", "evidence", "notes"])
     cells = []
     for r in rows:
         times = r["op_times"] or []
@@ -62,13 +97,13 @@ def table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
                      + [f"{times[i]:.6f}" if i < len(times) else "-" for i in range(nlayers)]
                      + [f"{r['correctness'][b]:.4f}" if r["correctness"].get(b) is not None else "-" for b in batches]
                      + [r["verdict"], f"{r['z']:+.2f}" if r["z"] is not None else "-", r["device"],
-                        r["date"][:10], (r["evidence"] or [""])[0]])
+                        r["date"][:10], (r["evidence"] or [""])[0], notes(r)])
     return head, cells
 
 
-def markdown(milestone: str, rows: list[dict], median, sd) -> str:
+def markdown(milestone: str, rows: list[dict], median, sd, refused=()) -> str:
     head, cells = table(rows)
-    esc = [[c.replace("|", "\\|")[:120] for c in row] for row in cells]
+    esc = [[markdown_safe(c) for c in row] for row in cells]
     ok = sum(1 for r in rows if r["verdict"] == "ok")
     lines = [f"## Milestone {milestone}", "",
              f"{len(rows)} teams, {ok} ok. Ranked by the sum of the conv layers' Op Times (the fastest of each "
@@ -76,15 +111,22 @@ def markdown(milestone: str, rows: list[dict], median, sd) -> str:
              + (f", standard deviation {sd:.6f} s" if sd else "") + ".", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(row) + " |" for row in esc]
+    if refused:
+        lines += ["", f"Not ranked: {len(refused)} file(s) in the grades folder that the grader did not sign or "
+                  "cannot read as records:", ""]
+        lines += [f"- {markdown_safe(path.name, 80)}: {markdown_safe(why, 200)}" for path, why in refused]
     return "\n".join(lines) + "\n"
 
 
 def to_csv(rows: list[dict]) -> str:
     head, cells = table(rows)
+    guarded = [i for i, h in enumerate(head) if h in TEAM_TEXT]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(head)
-    w.writerows(cells)
+    # one line per row too: a CR or LF inside a team's cell becomes its escape (the csv module would leave a lone
+    # CR unquoted, splitting the row for many readers)
+    w.writerows([one_line(spreadsheet_safe(c)) if i in guarded else c for i, c in enumerate(row)] for row in cells)
     return buf.getvalue()
 
 
@@ -137,19 +179,22 @@ def figure(milestone: str, rows: list[dict], median):
 
 def write_leaderboard(grades: Path, milestone: str | None = None, out: Path | None = None,
                       say=print) -> list[Path]:
-    records = schema.load_records(grades)
+    records, refused = schema.read_records(grades)
+    for path, why in refused:
+        say(f"refused {path}: {one_line(why)}")
     if milestone is not None:
         milestone = str(milestone).strip().lower()
         if milestone not in schema.MILESTONES:
             raise PyconvError(f"--m must be one of {', '.join(schema.MILESTONES)}, got {milestone!r}")
         records = [r for r in records if r["milestone"] == milestone]
     if not records:
-        raise PyconvError(f"no grade records{' for milestone ' + milestone if milestone else ''} in {grades}")
+        raise PyconvError(f"no grade records{' for milestone ' + milestone if milestone else ''} in {grades}"
+                          + (f" that the grader signed ({len(refused)} refused, named above)" if refused else ""))
     out = Path(out) if out else Path(grades)
     written = []
     for m in sorted({r["milestone"] for r in records}, key=MILESTONE_ORDER.get):
         rows, median, sd = standings([r for r in records if r["milestone"] == m])
-        md = markdown(m, rows, median, sd)
+        md = markdown(m, rows, median, sd, refused)
         written.append(write_text_atomic(out / f"leaderboard-m{m}.md", md))
         written.append(write_text_atomic(out / f"leaderboard-m{m}.csv", to_csv(rows)))
         png = out / f"leaderboard-m{m}.png"
