@@ -27,14 +27,15 @@ struct StudentTimes {
 using HostConvFn = void (*)(float* y, const float* x, const float* k, int B, int M, int C, int H, int W, int K,
                             int S);
 
-// One per module (an inline function's static: every file of the module shares it). Empty when the module holds
-// no Mini-DNN student.
+// One per module: every file of the module shares it. Empty when the module holds no Mini-DNN student.
 struct Slot {
   const char* generation = "";
   HostConvFn conv = nullptr;
   StudentTimes times;
 };
-inline Slot& slot() {
+// Hidden: with default visibility the static of an inline function is a process-wide unique symbol
+// (STB_GNU_UNIQUE), and pyconv._cpu and pyconv._gpu (or two test harnesses) would share one student.
+__attribute__((visibility("hidden"))) inline Slot& slot() {
   static Slot s;
   return s;
 }
