@@ -84,17 +84,19 @@ def data(c, source=None, force=False):
             "student": "a folder holding a student's new-forward.h / new-forward.cuh (a team's submission): compiled "
                        "as cpu-student / gpu-student into a build folder of its own (default build/student-<hash>), "
                        "run with `invoke milestone --student DIR`",
-            "target": "build only these CMake targets, e.g. _cpu (comma-separated)"})
+            "target": "build only these CMake targets, e.g. _cpu (comma-separated)",
+            "edition": "a Mini-DNN edition (2020fa on): --student DIR holds its cpu-new-forward.cc / new-forward.cu",
+            "gpu_file": "with --edition: the student's file defining GPUInterface (default new-forward.cu)"})
 @user_errors
 def build(c, build_dir=None, debug=False, clean=False, jobs="0", cuda_arch="", portable=False, student=None,
-          target=None):
+          target=None, edition=None, gpu_file=None):
     """Configure and build the native modules (pyconv._cpu always, pyconv._gpu when nvcc and cuBLAS are found),
     then import each one: a module that does not load fails the build, naming the missing symbol. Flags apply
     to this build only (a plain `invoke build` returns to the defaults)."""
     from pyconv.tools import build as b
 
     for path in b.build(build_dir=build_dir, debug=debug, clean_first=clean, jobs=jobs, cuda_arch=cuda_arch,
-                        portable=portable, student=student, targets=target):
+                        portable=portable, student=student, targets=target, edition=edition, gpu_file=gpu_file):
         print(f"built and imported {path}")
 
 
@@ -135,18 +137,19 @@ def import_mxnet(c, symbol=None, params=None, name=None, input_size="48", force=
             "posix": "print the `time -p` form (real/user/sys) instead of GNU time's default block",
             "device": "m1 only: cpu, gpu or both", "gpus": "final only: number of GPUs or 'all'",
             "student": "run DIR's own variant (cpu-student at m2, gpu-student at 3/4/final) from the modules "
-                       "`invoke build --student DIR` built; --impl may only name that variant",
-            "record": "write one JSON record of the run (per layer: variant, Op Time, check; Correctness) to FILE"})
+                       "`invoke build --student DIR [--edition E]` built; --impl may only name that variant",
+            "record": "write one JSON record of the run (per layer: variant, Op Time, check; Correctness) to FILE",
+            "edition": "with --student: the Mini-DNN edition it was built for (`invoke build --edition E`)"})
 @user_errors
 def milestone(c, m=None, batch="10000", model="ece408", impl=None, fallback=False, posix=False, device="both",
-              gpus="1", student=None, record=None):
+              gpus="1", student=None, record=None, edition=None):
     """Run a course milestone: prints Op Time per conv layer and Correctness, logs a /usr/bin/time block."""
     from pyconv.tools import milestones
 
     if m is None:
         raise Exit("error: --m is required (1, 2, 3, 4 or final)", code=1)
     code = milestones.run(m, batch=batch, model=model, impl=impl, posix=posix, device=device, gpus=gpus,
-                          fallback=fallback, student=student, record=record)
+                          fallback=fallback, student=student, record=record, edition=edition)
     if code:
         raise Exit(code=code)
 

@@ -10,6 +10,7 @@
 #include "common/pyarray.hpp"
 #include "common/variant_dict.hpp"
 #include "cpu/runtime/registry.hpp"
+#include "minidnn/bindings.hpp"
 
 namespace py = pybind11;
 using namespace pyconv;
@@ -26,6 +27,7 @@ PYBIND11_MODULE(_cpu, m) {
   m.doc() = "pyconv CPU convolutions (milestone 2)";
 
   cpu_conv_registry().check();  // a malformed variant file: ImportError naming it
+  minidnn::bind(m);  // the Mini-DNN student slot: student_conv, student_times, ...
 
   m.def(
       "variants",

@@ -19,6 +19,7 @@
 #include "cuda/runtime/network.cuh"
 #include "cuda/runtime/network_args.cuh"
 #include "cuda/runtime/probes.cuh"
+#include "minidnn/bindings.hpp"
 
 namespace py = pybind11;
 using namespace pyconv;
@@ -35,6 +36,7 @@ struct PyNetwork {
 PYBIND11_MODULE(_gpu, m) {
   m.doc() = "pyconv CUDA convolutions (milestone 3, 4, final) and the whole network on the GPU";
   gpu_conv_registry().check();  // a malformed variant file: ImportError naming it
+  minidnn::bind(m);  // the Mini-DNN student slot: student_conv, student_times, ...
   py::register_exception<CudaError>(m, "CudaError", PyExc_RuntimeError);
 
   m.def(

@@ -141,7 +141,8 @@ def student_build_dir(student: str) -> Path:
     return paths.ROOT / "build" / f"student-{hashlib.sha1(str(d).encode()).hexdigest()[:10]}"
 
 
-def configure_args(bdir: Path, debug: bool, portable: bool, cuda_arch: str, student: Path | None = None) -> list[str]:
+def configure_args(bdir: Path, debug: bool, portable: bool, cuda_arch: str, student: Path | None = None,
+                   minidnn: tuple[str, str] | None = None) -> list[str]:
     import pybind11
 
     args = ["cmake", "--no-warn-unused-cli", "-S", str(paths.ROOT), "-B", str(bdir),
@@ -155,9 +156,14 @@ def configure_args(bdir: Path, debug: bool, portable: bool, cuda_arch: str, stud
     args.append(f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}" if cuda_arch else "-UCMAKE_CUDA_ARCHITECTURES")
     # A student build: the student's folder in the slots' place. The modules are linked inside the build folder
     # and installed from there (install_modules). Spelled out every time, so nothing is kept from an earlier
-    # configure of the same folder.
-    args.append(f"-DPYCONV_STUDENT_DIR={student or paths.ROOT / 'native' / 'student'}")
+    # configure of the same folder. minidnn: (generation, GPU file) of a Mini-DNN edition; without a student, that
+    # generation's skeletons.
+    from . import minidnn as md
+
+    default = md.generation_dir(minidnn[0]) if minidnn else paths.ROOT / "native" / "student"
+    args.append(f"-DPYCONV_STUDENT_DIR={student or default}")
     args.append(f"-DPYCONV_MODULE_DIR={bdir / LINK_DIR}")
+    args += md.cmake_args(*(minidnn or (None, None)))
     return args
 
 
@@ -347,16 +353,34 @@ def check_modules(bdir: Path, targets: list[str] | None = None) -> list[Path]:
 
 
 def build(build_dir: str | None = None, debug: bool = False, clean_first: bool = False, jobs="0", cuda_arch: str = "",
-          portable: bool = False, student: str | None = None, targets: str | None = None) -> list[Path]:
+          portable: bool = False, student: str | None = None, targets: str | None = None, edition: str | None = None,
+          gpu_file: str | None = None) -> list[Path]:
     """Configure (every flag spelled out), build, and import each module. Returns the modules' paths.
     student: a folder holding new-forward.h / new-forward.cuh, compiled as cpu-student / gpu-student into a build
     folder of its own (default build/student-<hash of its path>), the modules written there (run them with
-    `invoke milestone --student DIR`). targets: 'a,b' builds only those CMake targets (e.g. _cpu)."""
+    `invoke milestone --student DIR`). targets: 'a,b' builds only those CMake targets (e.g. _cpu).
+    edition: a Mini-DNN edition (pyconv.tools.minidnn): the student's cpu-new-forward.cc and GPU file (gpu_file,
+    default new-forward.cu) in DIR or its custom/ folder, compiled for that edition's interface (without a
+    student: its skeletons); the build folder is then build/student-<hash>-<generation>."""
+    from . import minidnn as md
+
     arch = check_cuda_arch(cuda_arch) if cuda_arch else ""
     n_jobs = check_jobs(jobs)
-    sdir = student_folder(student) if student else None
+    minidnn = None
+    if edition is not None:
+        gen = md.generation_of(edition)
+        minidnn = (gen, md.gpu_file(gen, gpu_file))
+    elif gpu_file is not None:
+        raise PyconvError("--gpu-file names a Mini-DNN student's file: give --edition too")
+    if minidnn and student:
+        sdir = md.student_folder(student, *minidnn)
+    else:
+        sdir = student_folder(student) if student else None
     if build_dir is None:
-        build_dir = str(student_build_dir(student)) if student else "build"
+        if student:
+            build_dir = str(md.build_dir(student, *minidnn) if minidnn else student_build_dir(student))
+        else:
+            build_dir = "build"
     bdir = build_folder(build_dir)
     if sdir is not None and bdir == build_folder("build"):
         raise PyconvError("--student builds into a folder of its own: --build-dir must not be the project's build/")
@@ -371,7 +395,7 @@ def build(build_dir: str | None = None, debug: bool = False, clean_first: bool =
         raise PyconvError(f"cannot create the build folder {bdir} ({e.strerror or e})") from None
     with build_lock(bdir):
         forget_unproven_modules(bdir)
-        _run(configure_args(bdir, debug, portable, arch, sdir), "CMake configure")
+        _run(configure_args(bdir, debug, portable, arch, sdir, minidnn), "CMake configure")
         _run(["cmake", "--build", str(bdir), "--parallel", str(n_jobs), *(["--target", *wanted] if wanted else [])],
              "the build")
         built = check_modules(bdir, wanted or None)

@@ -209,16 +209,21 @@ def write_record(rec: layercheck.MilestoneRecord, dest: str) -> bool:
         return False
 
 
-def student_native_dir(student: str, m: str) -> Path:
-    """The build folder `invoke build --student DIR` wrote DIR's modules to; one line when the module this
-    milestone needs is not there."""
+def student_native_dir(student: str, m: str, edition: str | None = None) -> Path:
+    """The build folder `invoke build --student DIR [--edition E]` wrote DIR's modules to; one line when the module
+    this milestone needs is not there."""
+    from . import minidnn as md
     from .build import student_build_dir
 
-    bdir = student_build_dir(student)
+    if edition is None:
+        bdir, again = student_build_dir(student), f"invoke build --student {student}"
+    else:
+        gen = md.generation_of(edition)
+        bdir = md.build_dir(student, gen, md.gpu_file(gen, None))
+        again = f"invoke build --edition {edition} --student {student}"
     name = "_cpu" if m == "2" else "_gpu"
     if native._file_of(name, bdir) is None:
-        raise PyconvError(f"--student {student}: no {name} module built for it in {bdir}: "
-                          f"run `invoke build --student {student}` first")
+        raise PyconvError(f"--student {student}: no {name} module built for it in {bdir}: run `{again}` first")
     return bdir
 
 
@@ -242,7 +247,7 @@ def provenance(m: str, model: Model, p: Plan | None, argv: Sequence[str] | None 
 
 def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None, posix: bool = False,
         device: str = "both", gpus: str = "1", env: dict | None = None, fallback: bool = False,
-        student: str | None = None, record: str | None = None) -> int:
+        student: str | None = None, record: str | None = None, edition: str | None = None) -> int:
     """Validate, then run the milestone in a child under the /usr/bin/time-style logger. Returns the exit code.
     student: run the modules `invoke build --student DIR` built (PYCONV_NATIVE_DIR for the child). record: the
     child writes one JSON record of the run there (pyconv.tools.layercheck.MilestoneRecord)."""
@@ -253,7 +258,7 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
         if m == "1":
             raise PyconvError("--student: milestone 1 runs PyTorch's convolutions, not a student's")
         impl = student_impl(m, impl)
-        sdir = student_native_dir(student, m)
+        sdir = student_native_dir(student, m, edition)
     # Every check that can be made before the child starts is made here, before a log is written: the parent
     # loads the very modules the child will (a student's build through PYCONV_NATIVE_DIR).
     with native_dir_set(sdir):
