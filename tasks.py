@@ -86,18 +86,33 @@ def data(c, source=None, force=False):
             "student": "a folder holding a student's new-forward.h / new-forward.cuh (a team's submission): compiled "
                        "as cpu-student / gpu-student into a build folder of its own (default build/student-<hash>), "
                        "run with `invoke milestone --student DIR`",
-            "target": "build only these CMake targets, e.g. _cpu (comma-separated)"})
+            "target": "build only these CMake targets, e.g. _cpu (comma-separated)",
+            "gpu": "compile the CUDA modules even where no GPU is visible (default: only where nvidia-smi sees one); "
+                   "fails when nvcc or cuBLAS is missing",
+            "ladder": "also compile the ladder's history steps (native/cuda/ladder/) into pyconv._gpu (implies --gpu)"})
 @user_errors
 def build(c, build_dir=None, debug=False, clean=False, jobs="0", cuda_arch="", portable=False, student=None,
-          target=None):
-    """Configure and build the native modules (pyconv._cpu always, pyconv._gpu when nvcc and cuBLAS are found),
+          target=None, gpu=False, ladder=False):
+    """Configure and build the native modules (pyconv._cpu always, pyconv._gpu where a GPU is visible or with --gpu),
     then import each one: a module that does not load fails the build, naming the missing symbol. Flags apply
     to this build only (a plain `invoke build` returns to the defaults)."""
     from pyconv.tools import build as b
 
     for path in b.build(build_dir=build_dir, debug=debug, clean_first=clean, jobs=jobs, cuda_arch=cuda_arch,
-                        portable=portable, student=student, targets=target):
+                        portable=portable, student=student, targets=target, gpu=gpu, ladder=ladder):
         print(f"built and imported {path}")
+
+
+@task(help={"student": "a folder holding a student's new-forward.cuh and/or new-forward.h",
+            "cuda_arch": "the GPU architecture nvcc compiles for (default 90)"})
+@user_errors
+def check(c, student=None, cuda_arch="90"):
+    """Compile-check a student's files alone (nvcc for new-forward.cuh, no GPU needed; seconds, not a whole build)."""
+    from pyconv.tools import check as ch
+
+    if student is None:
+        raise Exit("error: --student DIR is required (the folder holding new-forward.cuh / new-forward.h)", code=1)
+    ch.check_student(student, cuda_arch=cuda_arch)
 
 
 @task(help={"source": "as for `invoke data`"})

@@ -115,13 +115,17 @@ def student_build_dir(student: str) -> Path:
     return paths.ROOT / "build" / f"student-{hashlib.sha1(str(d).encode()).hexdigest()[:10]}"
 
 
-def configure_args(bdir: Path, debug: bool, portable: bool, cuda_arch: str, student: Path | None = None) -> list[str]:
+def configure_args(bdir: Path, debug: bool, portable: bool, cuda_arch: str, student: Path | None = None,
+                   gpu: bool = False, ladder: bool = False) -> list[str]:
+    """gpu: compile the CUDA modules whether or not a GPU is visible (PYCONV_GPU=ON; else AUTO: only where one is);
+    ladder: also the ladder's history steps (PYCONV_LADDER, which asks for the CUDA modules too)."""
     import pybind11
 
     args = ["cmake", "--no-warn-unused-cli", "-S", str(paths.ROOT), "-B", str(bdir),
             f"-DCMAKE_BUILD_TYPE={'Debug' if debug else 'Release'}",
             f"-Dpybind11_DIR={pybind11.get_cmake_dir()}", f"-DPython_EXECUTABLE={sys.executable}",
-            f"-DPYCONV_NATIVE_ARCH={'OFF' if portable else 'ON'}"]
+            f"-DPYCONV_NATIVE_ARCH={'OFF' if portable else 'ON'}",
+            f"-DPYCONV_GPU={'ON' if gpu or ladder else 'AUTO'}", f"-DPYCONV_LADDER={'ON' if ladder else 'OFF'}"]
     cublas = _cublas_root()
     if cublas:
         args.append(f"-DPYCONV_CUBLAS_ROOT={cublas}")
@@ -203,11 +207,13 @@ def check_modules(bdir: Path, targets: list[str] | None = None) -> list[Path]:
 
 
 def build(build_dir: str | None = None, debug: bool = False, clean_first: bool = False, jobs="0", cuda_arch: str = "",
-          portable: bool = False, student: str | None = None, targets: str | None = None) -> list[Path]:
+          portable: bool = False, student: str | None = None, targets: str | None = None, gpu: bool = False,
+          ladder: bool = False) -> list[Path]:
     """Configure (every flag spelled out), build, and import each module. Returns the modules' paths.
     student: a folder holding new-forward.h / new-forward.cuh, compiled as cpu-student / gpu-student into a build
     folder of its own (default build/student-<hash of its path>), the modules written there (run them with
-    `invoke milestone --student DIR`). targets: 'a,b' builds only those CMake targets (e.g. _cpu)."""
+    `invoke milestone --student DIR`). targets: 'a,b' builds only those CMake targets (e.g. _cpu).
+    gpu, ladder: see configure_args."""
     arch = check_cuda_arch(cuda_arch) if cuda_arch else ""
     n_jobs = check_jobs(jobs)
     sdir = student_folder(student) if student else None
@@ -225,7 +231,7 @@ def build(build_dir: str | None = None, debug: bool = False, clean_first: bool =
         query.touch()
     except OSError as e:
         raise PyconvError(f"cannot create the build folder {bdir} ({e.strerror or e})") from None
-    _run(configure_args(bdir, debug, portable, arch, sdir), "CMake configure")
+    _run(configure_args(bdir, debug, portable, arch, sdir, gpu=gpu, ladder=ladder), "CMake configure")
     _run(["cmake", "--build", str(bdir), "--parallel", str(n_jobs), *(["--target", *wanted] if wanted else [])],
          "the build")
     return check_modules(bdir, wanted or None)

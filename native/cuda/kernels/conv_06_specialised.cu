@@ -25,7 +25,7 @@
 #include <climits>
 #include <string>
 
-#include "cuda/kernels/fallback_steps.cuh"
+#include "cuda/runtime/fallback_steps.cuh"
 #include "cuda/runtime/registry.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 

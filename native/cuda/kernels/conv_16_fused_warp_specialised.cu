@@ -63,8 +63,8 @@
 #include <mutex>
 #include <string>
 
-#include "cuda/kernels/fallback_steps.cuh"
-#include "cuda/kernels/first_layer.cuh"
+#include "cuda/runtime/fallback_steps.cuh"
+#include "cuda/runtime/first_layer.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/fast_div.cuh"
 #include "cuda/runtime/mbarrier.cuh"

@@ -87,7 +87,7 @@
 #include <string>
 #include <type_traits>
 
-#include "cuda/kernels/first_layer.cuh"
+#include "cuda/runtime/first_layer.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/fast_div.cuh"
 #include "cuda/runtime/mma_f16.cuh"

@@ -48,7 +48,7 @@
 #include <string>
 #include <utility>
 
-#include "cuda/kernels/pixel_pair_store.cuh"
+#include "cuda/runtime/pixel_pair_store.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/fast_div.cuh"

@@ -38,8 +38,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/kernels/lean_tiles.cuh"
-#include "cuda/kernels/pixel_pair_store.cuh"
+#include "cuda/runtime/lean_tiles.cuh"
+#include "cuda/runtime/pixel_pair_store.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/fast_div.cuh"

@@ -69,7 +69,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/kernels/first_layer.cuh"
+#include "cuda/runtime/first_layer.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/fast_div.cuh"
 #include "cuda/runtime/mma_f16.cuh"

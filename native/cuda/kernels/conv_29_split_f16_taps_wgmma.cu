@@ -98,10 +98,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/kernels/igemm_tiles.cuh"
-#include "cuda/kernels/split_planes.cuh"
-#include "cuda/kernels/wgmma_producers.cuh"
-#include "cuda/kernels/wgmma_slab.cuh"
+#include "cuda/runtime/igemm_tiles.cuh"
+#include "cuda/runtime/split_planes.cuh"
+#include "cuda/runtime/wgmma_producers.cuh"
+#include "cuda/runtime/wgmma_slab.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/fast_div.cuh"

@@ -81,9 +81,9 @@
 #include <string>
 #include <utility>
 
-#include "cuda/kernels/split_planes.cuh"
-#include "cuda/kernels/wgmma_producers.cuh"
-#include "cuda/kernels/wgmma_slab.cuh"
+#include "cuda/runtime/split_planes.cuh"
+#include "cuda/runtime/wgmma_producers.cuh"
+#include "cuda/runtime/wgmma_slab.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/fast_div.cuh"

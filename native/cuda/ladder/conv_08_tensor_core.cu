@@ -24,7 +24,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/kernels/conv_08_tensor_core.cuh"
+#include "cuda/ladder/conv_08_tensor_core.cuh"
 #include "cuda/runtime/registry.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/mma_tf32.cuh"

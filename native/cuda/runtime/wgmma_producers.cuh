@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "common/conv_shape.hpp"
-#include "cuda/kernels/wgmma_slab.cuh"
+#include "cuda/runtime/wgmma_slab.cuh"
 #include "cuda/runtime/fast_div.cuh"
 #include "cuda/runtime/mbarrier.cuh"
 #include "cuda/runtime/named_barrier.cuh"

@@ -36,8 +36,8 @@
 #include <climits>
 #include <string>
 
-#include "cuda/kernels/constant_operand.cuh"
-#include "cuda/kernels/fallback_steps.cuh"
+#include "cuda/ladder/constant_operand.cuh"
+#include "cuda/runtime/fallback_steps.cuh"
 #include "cuda/runtime/registry.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 

@@ -23,8 +23,7 @@
 #include <mutex>
 #include <vector>
 
-#include "cuda/kernels/conv_08_tensor_core.cuh"
-#include "cuda/kernels/fallback_steps.cuh"
+#include "cuda/ladder/conv_08_tensor_core.cuh"
 #include "cuda/runtime/registry.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/device_buffer.cuh"
@@ -57,7 +56,9 @@ std::map<int, std::unique_ptr<StreamPool>>& pools() {  // one pool per device: s
 
 }  // namespace
 
+// Step 7 (conv_07_channel_parallel.cu): the shapes the tensor-core kernel refuses.
 void conv_fwd_gpu_channel_parallel(const float* x, const float* k, float* y, const ConvShape& s, cudaStream_t st);
+std::string conv_supports_gpu_channel_parallel(const ConvShape& s);
 
 void conv_fwd_gpu_streams(const float* x_host, const float* k, float* y, const ConvShape& s, cudaStream_t st) {
   std::lock_guard<std::mutex> lock(pools_mutex);

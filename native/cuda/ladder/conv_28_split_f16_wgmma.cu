@@ -58,9 +58,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/kernels/igemm_tiles.cuh"
-#include "cuda/kernels/split_planes.cuh"
-#include "cuda/kernels/wgmma_slab.cuh"
+#include "cuda/runtime/igemm_tiles.cuh"
+#include "cuda/runtime/split_planes.cuh"
+#include "cuda/runtime/wgmma_slab.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/mma_f16.cuh"

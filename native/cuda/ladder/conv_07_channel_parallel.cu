@@ -17,7 +17,6 @@
 
 #include <algorithm>
 
-#include "cuda/kernels/fallback_steps.cuh"
 #include "cuda/runtime/registry.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 

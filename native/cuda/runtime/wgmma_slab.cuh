@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "cuda/kernels/split_planes.cuh"
+#include "cuda/runtime/split_planes.cuh"
 #include "cuda/runtime/wgmma_f16.cuh"
 
 namespace pyconv::slab {

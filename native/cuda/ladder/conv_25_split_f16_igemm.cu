@@ -50,7 +50,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/kernels/igemm_tiles.cuh"
+#include "cuda/runtime/igemm_tiles.cuh"
 #include "cuda/runtime/mma_f16.cuh"
 #include "cuda/runtime/registry.cuh"
 

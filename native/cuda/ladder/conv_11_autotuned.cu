@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "cuda/runtime/autotune.cuh"
-#include "cuda/kernels/conv_08_tensor_core.cuh"
+#include "cuda/ladder/conv_08_tensor_core.cuh"
 #include "cuda/runtime/registry.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 

@@ -46,8 +46,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/kernels/igemm_tiles.cuh"
-#include "cuda/kernels/split_planes.cuh"
+#include "cuda/runtime/igemm_tiles.cuh"
+#include "cuda/runtime/split_planes.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/mma_f16.cuh"
 #include "cuda/runtime/registry.cuh"

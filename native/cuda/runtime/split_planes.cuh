@@ -16,7 +16,7 @@
 
 #include "common/conv_shape.hpp"
 #include "cuda/runtime/cuda_check.cuh"
-#include "cuda/kernels/igemm_tiles.cuh"
+#include "cuda/runtime/igemm_tiles.cuh"
 #include "cuda/runtime/device_buffer.cuh"
 #include "cuda/runtime/mma_f16.cuh"
 

@@ -35,7 +35,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/kernels/igemm_tiles.cuh"
+#include "cuda/runtime/igemm_tiles.cuh"
 #include "cuda/runtime/mma_tf32.cuh"
 #include "cuda/runtime/registry.cuh"
 
