@@ -188,6 +188,15 @@ def evidence(c, results=None):
         print(f"wrote {path}")
 
 
+@task
+@user_errors
+def ladder_doc(c):
+    """Write docs/ladder.md from the variants' descriptors (live and history) and docs/ladder-findings/NN.md."""
+    from pyconv import ladder
+
+    print(f"wrote {ladder.write()}")
+
+
 @task(help={"m": "milestone to profile: 1, 3, 4 or final (2 runs on the CPU: nothing to trace)",
             "batch": "number of test images, 1..10000 (default 10000)",
             "model": "model name (default ece408; `invoke models` lists them)",

@@ -8,13 +8,7 @@
 // median of 20): this step's row per course layer, cuDNN's beside it.
 // Predicted before measuring, batch 10000: sp19 conv1 ~1.5-2.5 ms (unrolled matrix 25 x 19.4M floats = 1.9 GB
 // written and read), conv2 ~1-1.5 ms (1.9 GB unrolled; a 16x16 tiled GEMM at ~10-15 TFLOP/s).
-//
-// The unrolled matrix lives in a grow-only buffer per device, kept between calls (no cudaMalloc per call).
-// The batch is processed in column chunks so the buffer never exceeds kMaxUnrolledFloats (256 MiB) unless a
-// single column is larger than that (C*K*K > 64M). Growing frees the old buffer with cudaFree, which waits for
-// the device to go idle, so work still queued on it is safe. Limits: launches of this variant on two streams of
-// the same device at the same time would share the buffer; the project launches it from one stream per device.
-// A mutex makes the per-device lookup itself safe from several host threads.
+// Measurements and what was tried: docs/ladder-findings/03.md (docs/ladder.md).
 #include <climits>
 #include <map>
 #include <mutex>

@@ -1,18 +1,5 @@
 // Step 7 -- gpu-channel-parallel: parallelism over images and input channels.
-//
-// Changes from the earlier steps: a block holds several images (x: 32 output pixels per warp, z: images) and, for
-// multi-channel layers, splits the C input channels across CG warps (y); each thread sums its channels for 8
-// output channels at once (each x value loaded once feeds 8 FMAs; the weight address is warp-uniform, one
-// broadcast load), then the CG partial sums meet in a shared-memory reduction and warp 0 of each image writes y.
-// Why a shared-memory reduction and not atomicAdd into a zeroed y: for C = 6 or 12 there are only 2-8 partials
-// per output, summed in one pass through 8 KB of shared memory; atomics would need y zeroed first (an extra
-// 207 MB write for sp19 conv2) and a read-modify-write per partial in L2, and they make the sum order (and so
-// the last bits) vary from run to run.
-// CG = ceil(C / ceil(C/8)) keeps the split even (C=6: 6 groups of 1 channel; C=12: 6 groups of 2); C = 1 gives
-// CG = 1 and 8 images per block, so single-channel layers keep full blocks.
-// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
-// median of 20): this step's row per course layer, cuDNN's beside it.
-// Predicted before measuring (H100, B=10000): sp19 conv2 ~0.9 ms (FFMA bound with L1 gathers, 15.5 GFLOP), sp19 conv1 ~0.35 ms.
+// Measurements and what was tried: docs/ladder-findings/07.md (docs/ladder.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>

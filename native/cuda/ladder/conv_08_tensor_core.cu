@@ -1,24 +1,5 @@
 // Step 8 -- gpu-tensor-core: implicit GEMM on the tensor cores (mma.sync m16n8k8 TF32) with 3xTF32 split precision.
-//
-// Changes from step 7: the C*K*K multiply-adds of each output run as a matrix product on the tensor cores instead
-// of FFMA. GEMM view per block: rows = 16 output channels per m-tile (weights, A operand, zero-padded past M),
-// columns = output pixels of one spatial tile of one image (B operand, gathered from a shared-memory input tile:
-// im2col is never materialised), depth = the C*K*K taps of a channel chunk padded to 8.
-// Precision: TF32 keeps 10 mantissa bits, so each operand v is split into big = tf32(v) and small = tf32(v - big)
-// and a*b is accumulated (fp32) as a_big*b_small + a_small*b_big + a_big*b_big; the dropped small*small term and
-// the rounding of the small parts leave a relative error per product of about 2^-21 (fp32 FFMA: 2^-24), far
-// below what can flip a classification. Why: conv2 of sp19 (C=6 M=16 K=5, 15.5 GFLOP at B=10000) is compute
-// bound in fp32 at ~0.31 ms; three TF32 MMAs per product still give ~3x the FFMA rate.
-// Layout choices: the weights of a chunk are stored in shared memory in mma fragment order (one float4 per lane
-// per k-step), the input tile with its K-1 halo once per chunk, and the tap -> shared-offset table once, so the
-// inner loop is 1 LDS.128 + 2 LDS.32 per 8-pixel n-tile. Output goes through shared memory (aliasing the input
-// tile) so global stores are coalesced rows. Blocks loop over tiles and load the weights once when the whole
-// C*K*K depth fits one chunk (always for the course layers).
-// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
-// median of 20): this step's row per course layer, cuDNN's beside it.
-// Predicted before measuring (H100, B=10000): sp19 conv2 ~0.20 ms (3 MMAs per product, bounded by mma.sync issue and the 323 MB
-// of traffic), sp19 conv1 ~0.20 ms (M=6 pads to 16: 2.7x wasted MMA work, still memory bound at 556 MB),
-// fa17 (M=50 -> 64) ~0.40 ms (1.15 GB written).
+// Measurements and what was tried: docs/ladder-findings/08.md (docs/ladder.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -1,20 +1,6 @@
 // Step 9 -- gpu-streams: x arrives in pinned host memory (x_on_host); the batch is split into chunks whose
 // host-to-device copies overlap the convolution of earlier chunks on a pool of streams.
-//
-// Changes from step 8: the input upload becomes part of the layer. Chunk i is copied and convolved on stream
-// i % 4, so while chunk i computes, chunk i+1 is on the copy engine. Compute is step 8's tensor-core launcher
-// (conv_fwd_gpu_tensor_core_config, called per chunk), or step 7's channel-parallel launcher for the shapes step 8
-// refuses. Ordering with the caller: the pool streams wait for an event recorded on the caller's stream `st`
-// (work already queued there, such as the weight upload, comes first), and `st` waits for an event per pool
-// stream at the end, so whatever the caller queues next on `st` sees the whole y. Each stream also waits for the
-// previous call's last events before reusing the device copy of x, and a mutex serialises calls per device.
-// Why: at B=10000 the sp19 input is 92 MB; at ~25-50 GB/s over PCIe (pinned) the copy alone is 2-4 ms, 10-20x
-// the convolution, so hiding compute behind the copy (not the reverse) is what this step buys: the layer costs
-// about copy time + one chunk of compute instead of copy + compute.
-// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
-// median of 20): this step's row per course layer (its times include its host-to-device copy), cuDNN's beside it.
-// Predicted before measuring (H100 PCIe gen5 pinned ~50 GB/s, B=10000): sp19 conv1 including its copy ~1.9 ms (copy 1.8 ms),
-// vs copy-then-compute ~2.1 ms.
+// Measurements and what was tried: docs/ladder-findings/09.md (docs/ladder.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -5,33 +5,7 @@
 //   FMAs, ~1/8 of the issue slots) and reached 36% of the FFMA roofline on sp19 conv2. Here the weights sit in
 //   __constant__ memory and the (p, q, m) loops are fully unrolled with compile-time bounds, so every weight
 //   address is a compile-time offset into the constant bank: no shared-memory bandwidth, no address arithmetic.
-// - What sm_90 ptxas (CUDA 13) actually emits: not `FFMA R, R, c[0x3][imm], R` (sm_80 does that) but
-//   `ULDC.64 UR, c[0x3][UR+imm]` (2 weights per uniform load) and `FFMA R, R, UR, R`. So a weight costs half an
-//   instruction, and each weight must feed several FFMAs: each thread computes P adjacent pixels of one output
-//   row for ALL M channels (M*P accumulators), sliding a P+K-1 input window (loaded from shared memory once per
-//   (c, p)) over the K taps. sp19 conv2 (P=6): per channel c 2400 FFMA + 200 ULDC.64 + 50 LDS (~90% of the
-//   loop's issue slots are FFMA), 128 registers, no spills (cuobjdump --dump-sass / -Xptxas -v).
-// - The c loop stays rolled (`#pragma unroll 1`); the weight offset is the uniform c plus an immediate, so the
-//   loads stay uniform; the unrolled body (~2,700 instructions, ~43 KB for conv2) is what the instruction cache
-//   holds, C times less than a fully unrolled kernel.
-// - The bank holds the weights transposed to [c][p][q][m], the order the unrolled code consumes them: 16
-//   consecutive FFMAs read one 64-byte constant-cache line.
-// - A block stages ipb whole images (all C channels, no halo logic: the images are complete) in shared memory
-//   with coalesced loads, then its threads walk the ipb*Ho*Wo output pixels; consecutive threads write
-//   groups of P pixels of one channel row. ipb and the block size are chosen per shape (constant_operand.cuh) so
-//   the last item round and the last wave waste few lanes (sp19 conv2: 18 rows x 3 groups = 54 items per image).
-// - The bank is one per module: uploads and kernels of one instance are ordered across streams
-//   (constant_operand.cuh says why and how).
-// Instances (C, K, M; P): (6, 5, 16; 6) sp18/sp19 conv2, (1, 5, 6; 4) sp18/sp19 conv1 un-fused,
-// (1, 5, 50; 1) fa17 (P=2 spilled), (1, 7, 12; 4) fa18 conv1. Not fa18 conv2 (12, 7, 24): its 14,112 weights
-// nearly fill the 64 KB bank and one c step alone would unroll to K*K*M*P = 4,704+ FFMAs. Every other shape, and images too large for shared memory, run step 6
-// (conv_fwd_gpu_specialised, itself falling back to step 5): the variant supports every shape step 6 supports.
-// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
-// median of 20): this step's row per course layer, cuDNN's beside it.
-// Predicted before measuring, H200, B=10000: sp19 conv2 ~0.30-0.33 ms (~75-80% of the 0.239 ms FFMA floor:
-// ~90% FFMA issue in the loop, 16 warps/SM, staging and stores outside it); fa17 ~0.35-0.45 ms (P=1: one
-// ULDC.64 per 2 FFMA, so ~65% FFMA issue against a 0.22 ms FFMA / 0.29 ms write floor); sp19 conv1 un-fused
-// ~0.15-0.2 ms (464 MB of output writes).
+// Measurements and what was tried: docs/ladder-findings/12.md (docs/ladder.md).
 #include <algorithm>
 #include <climits>
 #include <string>

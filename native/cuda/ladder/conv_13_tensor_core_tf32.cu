@@ -1,35 +1,6 @@
 // Step 13 -- gpu-tensor-core-tf32: one TF32 pass on the tensor cores, whole images in shared memory, the next
 // image prefetched with cp.async while the current one is multiplied.
-//
-// Changes from step 8 (gpu-tensor-core, 3xTF32) and why:
-// - Precision: one mma.sync m16n8k8 TF32 per product instead of three (operands rounded to 10 mantissa bits with
-//   cvt.rna, products summed in float32: relative error per product ~2^-11). Reduced precision is allowed where
-//   the end-to-end Correctness does not change; `invoke bench --end-to-end` counts, for every model, the images
-//   whose label differs from PyTorch's float32 network.
-// - Step 8 is behind cuDNN on sp19 conv2 (results/bench-nvidia-h200-2026-11-23.json), and was still slow with one
-//   TF32 pass instead of three (0.78 ms, an experiment not kept): its per-tile integer work, the staging of
-//   the output through shared memory and the serial load -> MMA -> store phases of each tile, not the MMAs,
-//   bound it. Here a block owns whole images: the input of one image (C x H x W floats, 11.6 KB for sp19
-//   conv2) is copied as it lies in global memory (contiguous, 16-byte cp.async, no halo or index arithmetic),
-//   the copy of image i+1 runs while image i is multiplied, and the accumulators go straight from the MMA
-//   fragments to global memory: for one output channel the pixels of an image are contiguous, so each quad of
-//   lanes writes 8 consecutive floats (float2 stores, whole 32-byte sectors).
-// - GEMM view per image: D[16 channels][Ho*Wo pixels] = W[16][C*K*K] x X[C*K*K][Ho*Wo]. The weights of the
-//   block's 16 channels are converted to TF32 once, in fragment order (one LDS.128 per lane per k-step); a
-//   tap -> offset table turns k-steps into shared-memory offsets (2 LDS per k-step); per 8-pixel n-tile and
-//   k-step a lane reads its 2 B elements (the window of pixel g at taps t and t+4), rounds them, and issues 1 MMA.
-// - Warps take every WARPS-th n-tile, so the partial last tile lands on one warp at most; NT (n-tiles per warp)
-//   and WARPS are template parameters chosen per shape from Ho*Wo (<= 1024 output pixels per image).
-// Output channels beyond 16 run as more blocks in grid.y (each loads the image again: the course's layers with
-// M > 16 are small images).
-// Measured: results/bench-nvidia-h200-2026-11-23.json (`invoke bench`, NVIDIA H200, batch 10000, median of 20):
-// ahead of step 6 and cuDNN on sp19 and sp18 conv2 (close to the roofline floor on sp19 conv2); behind step 6 on
-// fa17 (50 channels = 4 m-blocks, each loading the image) and fa18 conv2 (two 12x33x33 images and 588-deep weights
-// take 145 KB of shared memory, one block of 8 warps per SM). The whole sp19 network with it (final, TF32 FC):
-// results/bench-e2e-nvidia-h200-2026-11-23.json; with step 6 for conv2 instead it took 0.96 ms resident (measured
-// while developing, not kept in results/).
-// Predicted before measuring (H200, batch 10000): sp19 conv2 ~0.15 ms: 116 MB read + 207 MB written
-// (~0.09 ms at 3.5 TB/s), 7.8 M MMAs (~0.03 ms), ~0.06 ms of issue.
+// Measurements and what was tried: docs/ladder-findings/13.md (docs/ladder.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -5,30 +5,7 @@
 // not have (deep C*K*K, M of 20-64), well behind cuDNN FP32 there (worst row s37: C=29 29x29 M=19 K=5). Step 5 is
 // an implicit GEMM too, but its tiles are small (BM <= 32 channels x 4 pixels per thread, one warp row per
 // channel group), it stages the gather in registers and its pixel operand is read with scalar shared loads.
-//
-// GEMM view: D[N pixels][M channels] = U[N][C*K*K] x W^T, N = B*Ho*Wo (pixel n = (b, oh, ow)), U the implicit
-// im2col matrix of x. Design, after the classic SGEMM tiling:
-// - Block tile BP pixels x BC channels, 256 threads, each a TP x TC = 8 x 8 (8 x 4 for BC <= 16) register
-//   micro-tile: per reduction row a thread reads 2 float4 of pixels and TC/4 float4 of weights from shared
-//   memory for 8*TC FFMAs. Lanes of a warp form a 2-D patch (LP pixel groups x LC channel groups), so each float4
-//   load touches at most 256 contiguous bytes (<= 2 wavefronts) and the rest are broadcasts.
-// - BC is chosen per M from {8, 16, 32, 64} to waste the fewest FFMA lanes (a model: padded channels over a
-//   per-tile efficiency guess); the pixel side grows as BC shrinks, so every
-//   configuration has 256 threads: 256 x 64 and 512 x 32 (8 x 8 per thread), 512 x 16 and 1024 x 8 (8 x 4).
-// - Reduction slices of BK = 8 rows, 3 shared-memory stages filled with cp.async (4-byte copies; the zero-fill
-//   form covers pixels past N, channels past M and rows past C*K*K, so edges need no other code): slice t+2
-//   is in flight while slice t is multiplied, one barrier per slice, no staging registers.
-// - The gather: a thread copies the same PX = BP / 256 pixels for every row of a tile, so their addresses
-//   x + b*C*H*W + oh*W + ow are computed once per tile; the row offset c*H*W + p*W + q is walked (one add, two
-//   compares per row) rather than looked up, which holds for any C*K*K without a table to size. Lanes copy
-//   consecutive pixels: global reads coalesce along a row of the image, shared writes are conflict-free.
-// - A 1-D grid with the channel tile fastest: blocks sharing pixels run together and reread x from L2.
-// - Output: y[b][m][pix] straight from the accumulators, float4 stores when Ho*Wo % 4 == 0 (a group of 4
-//   pixels then never straddles two images and is 16-byte aligned), scalar stores otherwise.
-// 64-bit pixel and element indices throughout (B*C*H*W passes 2^31 at batch 10000 for 32 x 96 x 96 inputs); one
-// image (C*H*W) and the reduction (C*K*K) are indexed with 32-bit integers, which supports() checks.
-// Predicted before measuring (H200, 132 SMs at ~1.98 GHz, 65 TFLOP/s FFMA): 35-45 TFLOP/s on shapes with
-// C*K*K >= 128 and M >= 16; small C*K*K (<= 32) bound by the output write and the per-tile index setup.
+// Measurements and what was tried: docs/ladder-findings/17.md (docs/ladder.md).
 #include <cuda_runtime.h>
 
 #include <climits>

@@ -1,32 +1,6 @@
 // Step 18 -- gpu-tensor-core-igemm: one TF32 pass on the tensor cores as a tiled implicit GEMM over the pixels of
 // the whole batch, for every valid stride-1 shape.
-//
-// Changes from step 13 (gpu-tensor-core-tf32, whole images per block) and why:
-// - Step 13 refuses any output image above 1024 pixels and any image pair beyond its shared memory, so on the
-//   general-shape sweep (results/bench-nvidia-h200-2026-11-23-sweep.json, rows cudnn_tf32_ms / x_cudnn_tf32) most
-//   shapes had no TF32 kernel of ours and cuDNN TF32 was ahead. Here nothing depends on the image size: GEMM rows
-//   are the B*Ho*Wo output pixels in (b, oh, ow) order, cut into tiles of 128 that may straddle images, columns
-//   are the M output channels (BN = 8, 16, 32 or 64 per block, the smallest that holds M, so sp19 conv2's 16
-//   channels waste no MMA columns), depth is C*K*K padded with zeros to 8.
-// - The GEMM is transposed against step 13: pixels are the MMA's A side (16 rows), channels its B side (8
-//   columns). A block streams the depth in chunks of 32 through a 3-stage cp.async pipeline: the x chunk is an
-//   im2col gather (a tap -> offset table (c, kh, kw) -> c*H*W + kh*W + kw, one 4-byte cp.async.ca per element:
-//   the K*K shifted reads of one input row hit L1/L2, and the tiles in flight cover neighbouring rows, so x comes
-//   from DRAM about once), the weight chunk a contiguous slab per channel. Elements past C*K*K, past M or past
-//   the batch are zero-filled by the copy itself (src-size 0), so no branch reaches the MMAs.
-// - Shared memory holds both operands k-contiguous with a row pitch of 36 words: the gather's stores (8 pixels x
-//   4 taps per warp instruction) and the fragment loads are free of bank conflicts, and one ldmatrix.x4 fetches a
-//   whole 16x8 A fragment (or two 8x8 B fragments): 32-bit elements read as pairs of b16 land in the m16n8k8
-//   .tf32 fragment order (lane 4g+t gets row g, word t). Operands are rounded with cvt.rna after the load.
-// - Epilogue: the accumulator tile goes through shared memory (pitch 132 words: the fragment stores are
-//   conflict-free) and every warp writes whole runs of consecutive pixels of one channel, float4 streaming
-//   stores when Ho*Wo % 4 == 0 (y is written once and is larger than L2: evict-first keeps x's rows there).
-// - 64-bit indexing for image bases and outputs; offsets inside one tile (at most 129 images) are 32-bit.
-// Step 13's row of results/bench-nvidia-h200-2026-11-23.json is the yardstick on sp19 conv2 (memory floor ~0.08
-// ms: 116 MB read, 207 MB written).
-// Predicted before measuring (H200, sp19 conv2, B=10000): ~0.12-0.15 ms: per 128-pixel tile 608 warp-wide
-// 4-byte cp.async + 228 ldmatrix + ~100 other shared accesses (~0.1 ms of LSU issue over 132 SMs), overlapping
-// the ~0.08 ms of DRAM traffic; the 7.7 M MMAs (~0.03 ms) are not the bound.
+// Measurements and what was tried: docs/ladder-findings/18.md (docs/ladder.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>

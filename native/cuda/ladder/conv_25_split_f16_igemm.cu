@@ -9,39 +9,7 @@
 // TFLOP/s), while cuDNN FP32 reaches 47-79 TFLOP/s counted as direct convolution flops (it runs transforms that
 // need fewer). Here the weights never need to fit: like step 18, the depth C*K*K streams through shared memory in
 // chunks of 32 taps, so only one chunk of weights and one chunk of the im2col gather are resident.
-//
-// Changes from step 18 (gpu-tensor-core-igemm, one TF32 pass) and why:
-// - Precision: each operand is split when its fragment is loaded, v ~ hi + 2^-11 lo (cuda/runtime/mma_f16.cuh),
-//   and three m16n8k16 MMAs per product (hi*hi into one accumulator, hi*lo and lo*hi into a second, combined once
-//   per output): float32 accuracy, held to the default tolerance, where step 18 rounds both operands to TF32. Each
-//   A element is split by the WARPS_N warps that read it (1 or 2) and each B element by the 4 warps along pixels:
-//   splitting once per stage would need a second shared-memory pass and barrier per chunk.
-// - Depth order inside a k-step: shared memory holds float32 (as cp.async lands it), and ldmatrix hands lane 4g+t
-//   words t and t+4 of an 8-word group. The MMA's k order is free (a sum is a sum) as long as A and B agree, so
-//   logical taps (2t, 2t+1) of a register pair are physical taps (t, t+4): two ldmatrix.x4 per 16x16 A fragment and
-//   one per 16x8 B fragment deliver exactly the words to pack, with no shuffle.
-// - Tiles: 128 pixels x BN filters per block, BN the narrowest of 8, 16, 24, 32, 48, 64 that holds M (wider M
-//   runs as several blocks of 64); 4 warps along pixels (32 each: two 16-row m-tiles), and for BN >= 48 a second
-//   row of 4 warps along filters. A lane holds MT x NT x 4 values in each of the two accumulators (<= 64 registers).
-// - Range: a value beyond the FP16 range (|v| > 65504) becomes inf, and the outputs it reaches inf or NaN, never
-//   a quietly wrong number (the contract of steps 19-21).
-// Predicted before measuring (H200, 132 SMs, mma.sync m16n8k16 FP16 at about one per 12 clocks per SM
-// sub-partition): tensor-bound at ~3 x 2048 FMA per MMA: s02 (181 GFLOP direct, 40 of 48 filter columns used)
-// ~1.1-1.5 ms against cuDNN FP32's 2.55; s35 (2.4 TFLOP) ~14-18 ms against 30.4.
-// Measured (results/bench-nvidia-h200-2026-11-24-sweep-step25.json, `invoke bench --sweep`, H200, batch 10000):
-// s02 4.62 ms (cuDNN FP32 2.61; step 17 9.17), s35 43.5 (30.5; 71.5), s00 161 (459; 317), s03 22.5 (32.6; 42.9);
-// the best float32 variant on 22 of the 80 rows, 1.5-2.0x step 17 on the wide-M, deep rows. Three times the
-// prediction. Nsight Compute on s35 at batch 400 (one launch, under ncu's locked clocks: 2.34 ms): issue slots 60%
-// busy, L1/TEX throughput 57% (the 4-byte gather copies and the ldmatrix of float32 tiles), occupancy 25% (2 blocks
-// of 8 warps: the 128 registers allow no more; 88 KB of shared memory each), 1.31 eligible warps per scheduler:
-// latency- and issue-bound together, neither at its limit. Tried and not kept (step-25-only sweeps, H200):
-// - no register bound (-sweep-step25-gather.json, the -x1 rows): BN >= 48 1.24-1.47x slower (189 and 146
-//   registers: one block of 8 warps per SM), BN = 24 and below within 2%, BN = 32 up to 8% faster (140 registers:
-//   still 3 blocks of 4 warps, shared memory's limit). The bound stays; BN = 32 could take 3 blocks' worth.
-// - the weights split once per chunk into FP16 half tiles (each weight split once, not by each of the 4 warps
-//   along pixels): 3-15% slower, a wait and a split pass per chunk after the MMAs (-sweep-step25-split-weights.json);
-// - the first form's gather, zero-fill tests and 64-bit pointers per copy (85 SASS instructions per 4 copies, and
-//   spills): 1.3-1.5x slower than this one, 32 per 4 (-sweep-step25-first.json).
+// Measurements and what was tried: docs/ladder-findings/25.md (docs/ladder.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -9,35 +9,7 @@
 // Nsight Compute on step 25 (its file) found it issue- and L1-bound at once: a 4-byte cp.async per gathered
 // float (4096 per 128x32 chunk), and every operand split into hi + lo halves inside the MMA loop by each warp
 // that reads it (A by 1-2 warps, B by 4).
-//
-// What changes from step 25, and why:
-// - Split once: a pre-pass writes x as hi and lo planes xh[b][h][w][Cp], xl[b][h][w][Cp] (v ~ hi + 2^-11 lo,
-//   cuda/runtime/mma_f16.cuh) and the weights as wh[m][kh][kw][Cp], wl likewise. The MMA loop loads halves that
-//   are ready to use: no conversion instructions, and half the shared-memory bytes per tap of a float32 tile.
-// - Depth order (kh, kw, c), channels fastest, Cp = C rounded up to 8: every 8 consecutive depth indices are 8
-//   channels of one tap, 16 contiguous bytes of one pixel. A 32-deep chunk is 4 such groups; lanes take
-//   (pixel, group) with the group fastest, so a warp's copy covers 8 pixels x 64 contiguous bytes when Cp >= 32.
-// - In chunks of the batch (split_planes.cuh: the chunk size, the pre-pass, the workspace and why).
-// - Shared memory tiles are [row][32 halves] (64 bytes) with the 16-byte pieces XOR-swizzled by (row / 2) % 4:
-//   the 8 row addresses of each ldmatrix phase fall in 8 distinct bank groups, with no padding.
-// - Tiles, warps and the output store are step 25's (igemm_tiles.cuh): 128 pixels x BN filters, 4 warps along
-//   pixels and for BN >= 48 a second row along filters, 3 MMAs per product into two accumulators, the tile staged
-//   in shared memory and written as runs of pixels of one filter. The cp.async pipeline has 2 stages: 2, 3 and 4
-//   were timed on 11 of the sweep's rows (a probe launching the variant on device buffers, H200, batch 10000), and
-//   2 was fastest or within 1% on 10 of them (s37 3.44 ms, 3.47, 3.88; s02 1.1% behind 3): with BN = 24 a third
-//   stage leaves shared memory for 3 blocks per SM instead of the 4 the registers allow.
-// - Cost: a workspace per device and stream (the weights' planes and one chunk's), kept between calls and grown
-//   when a larger layer comes; because it can move, the launch is not graph-capturable. C < 8 pads the depth (C=1
-//   reads 8x the taps): steps 19-24 are the variants for such layers; this one is for deep ones.
-// - Range: as steps 19-25, a value beyond the FP16 range (|v| > 65504) becomes inf, and the outputs it reaches inf
-//   or NaN, never a quietly wrong number.
-// Measured (results/bench-nvidia-h200-2026-11-25-sweep-step27.json, `invoke bench --sweep`, H200, batch 10000):
-// the best float32 variant on 32 of the 80 rows; 1.7-1.9x step 25 on the deep rows: s00 89.3 ms (cuDNN FP32 459;
-// step 25 160), s03 12.3 (32.4; 22.8), s13 32.3 (108; 60.5), s35 26.8 (30.5; 43.5: ahead of cuDNN now, 0.70x
-// before). On small images less: s37 3.55 (2.26; 6.27), s17 2.76 (2.34; 5.03) are still behind cuDNN. Nsight
-// Compute on s37 at batch 2000 (conv26_kernel<24>, 3-stage form): issue slots 39% busy, 0.55 eligible warps per
-// scheduler, 3 blocks of 4 warps per SM (shared memory), the largest stall waiting on ldmatrix results: latency-
-// bound, not L2-bound (step 27, which loads each input row once per 16 channels, is no faster there).
+// Measurements and what was tried: docs/ladder-findings/26.md (docs/ladder.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>

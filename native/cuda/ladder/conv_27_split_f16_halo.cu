@@ -8,32 +8,7 @@
 // 2.65. Step 26 moves pixels x K*K*Cp x 4 bytes from L2 into shared memory: 20 GB on s37, 4.4 TB/s over its 4.2
 // ms, about what L2 delivers. Here that traffic is the tile's rows (about 2-3x the tile's pixels on these
 // shapes) plus the weights, per 16 channels: several times less.
-//
-// How:
-// - Depth units of 16 channels (one m16n8k16 k-step); the planes' channels are padded to 16.
-// - A block's 128 pixels are consecutive in (b, oh, ow) order, so the input rows they read are one contiguous
-//   run of the planes' flattened rows (b*H + h): from its first pixel's row to its last pixel's row + K - 1
-//   (across an image boundary that includes the rows below the first image's outputs: its halo anyway). That run
-//   is the slab: one 16-byte copy per 8 channels of a pixel, double-buffered across channel units.
-// - The weights are streamed per (channel unit, filter row kh): BN filters x K taps x 16 channels, double-buffered,
-//   so their shared memory does not grow with K*K.
-// - A tap (kh, kw) is a shift in the slab: lane l's ldmatrix row address is its pixel's slab index + kh*W + kw.
-//   Slab pixels are 32 bytes (per plane); their two 16-byte pieces are swapped on every other group of 4 pixels,
-//   so 8 consecutive pixels fall in 8 distinct bank groups. A filter's weights row is K*32 + 16 bytes: 8
-//   consecutive filters fall in 8 distinct bank groups for every K.
-// - Per unit (c, kh): wait for its weights (and, at kh = 0, its slab), then queue the next unit's weights and,
-//   at kh = 0, the next channel unit's slab, then K taps of MMAs: 3 per product (hi*hi, hi*lo, lo*hi), step 25's
-//   two accumulators, step 25's staged output store.
-// - Refused: a slab that does not fit shared memory (wide images with many rows per tile); step 26 takes those.
-// - Range: as steps 19-26, a value beyond the FP16 range (|v| > 65504) becomes inf, and the outputs it reaches inf
-//   or NaN, never a quietly wrong number.
-// Measured (results/bench-nvidia-h200-2026-11-25-sweep-step27.json, `invoke bench --sweep`, H200, batch 10000):
-// the best float32 variant on 14 of the 80 rows, mostly narrow-M or few-channel layers where a block's MMAs are
-// few next to its loads: s33 (C=15 70x70 M=8 K=3) 5.38 ms (step 26 8.18; cuDNN FP32 15.6), s38 4.21 (6.32; 15.7),
-// s02 2.49 (2.74; 2.62: ahead of cuDNN). The expectation above did not hold where it was aimed: s37 3.64 (step 26
-// 3.55; cuDNN 2.26). The L2 traffic was not what held step 26 back (its file: latency-bound on ldmatrix and too
-// few warps), and on deep, wide-M layers the double-buffered slabs cost occupancy: s35 34.1 against step 26's
-// 26.8 (one block of 8 warps per SM; 161 KB of shared memory).
+// Measurements and what was tried: docs/ladder-findings/27.md (docs/ladder.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -7,49 +7,7 @@
 // step 26 there: issue slots 39% busy, 0.55 eligible warps per scheduler, the largest stall waiting on ldmatrix
 // results; step 27 cut the L2 traffic and was no faster. mma.sync needs a warp to load every fragment into
 // registers and wait for it; wgmma takes a descriptor of the operand in shared memory.
-//
-// How:
-// - A warpgroup's tile is 128 consecutive positions j = oh * W + ow of the FLAT input grid (ow up to W - 1, not
-//   Wo - 1): tap (kh, kw) of the whole tile is then the slab's rows j + kh * W + kw, a contiguous run, and the
-//   tap's operand is one descriptor with a shifted start. Positions with ow >= Wo or oh >= Ho are computed and not
-//   stored: W / Wo more work (s37: 16%) for operands that need no gather at all. Tiles start at each image's first
-//   row, or run on across images when that leaves fewer such positions (small images).
-// - The slab: rows j0 .. j0 + 127 + (K - 1) * W + K - 1 of the planes (split_planes.cuh; channels padded to 16, or
-//   to a multiple of 32), in bands of 32 (or 16) channels, each row the band's hi halves then its lo halves: 128-
-//   (or 64-) byte rows in wgmma's swizzled K-major layout (cuda/runtime/wgmma_f16.cuh). A row-shifted start needs no
-//   base offset (checked on an H200: the field set gave wrong products).
-// - Filters are the wgmma's M and positions its N (m64n128k16). Warp w's 16 accumulator rows are filters 8w .. 8w +
-//   7: their hi weights in rows 0-7 and their lo weights in rows 8-15, so one thread holds a filter's hi and lo
-//   products. Per tap and k16 step two wgmmas: [W.hi; W.lo] x X.hi and [W.hi; W.lo] x X.lo; out = W.hi X.hi +
-//   2^-11 (W.lo X.hi + W.hi X.lo), step 25's three products (W.lo X.lo is computed and dropped). Hence M <= 32.
-// - The weights (all taps and channels, 64-row reads past the last tile zeroed) stay in shared memory for the
-//   block's life. Blocks are persistent; their two warpgroups each loop over their own tiles with their own
-//   double-buffered slab and a named barrier, so that one's epilogue and copies overlap the other's wgmmas. The next
-//   tile's slab is queued after the tile's wgmmas, while they run.
-// - K is a template argument (1, 3, 5, 7) and the taps are unrolled: the warps must issue wgmmas as fast as the
-//   tensor cores run them.
-// - Refused: M > 32, other K, weights plus four slabs beyond shared memory (deep or wide-image layers; steps 26 and
-//   27 take those), and any GPU or build without sm_90a code (wgmma exists only there; the file is compiled for
-//   sm_90a besides the build's architectures, CMakeLists.txt, and asks which code runs).
-// - Range: as steps 19-27, a value beyond the FP16 range (|v| > 65504) becomes inf, and the outputs it reaches inf
-//   or NaN, never a quietly wrong number.
-// What each change gave (a probe launching the variant on device buffers, H200, batch 10000, CUDA events, median
-// of 5; s37 / s08 in ms, cuDNN FP32 2.2 / 1.7, step 26 3.5 / 3.0):
-// - positions as M (64 per warpgroup) and filters as N (N = 24 or 48), no-swizzle operands: 4.66 / 2.92;
-//   swizzled: 5.83 / 3.63. Small-N wgmmas: the tensor cores were idle most of the time.
-// - filters as M, 128 positions as N: 4.22 / 3.69. Nsight Compute (s37, batch 2000): tensor pipe 44.5% busy,
-//   0.46 eligible warps per scheduler; the next slab's copies were queued before the wgmmas.
-// - copies after the wgmmas, cheap copy addressing: 3.81 / 3.32; stall sampling (s08) then found a division per
-//   tap in the wgmma issue loop; taps unrolled: 3.04 / 2.36; the warpgroups on their own tiles: 3.02 / 2.08.
-// - then Nsight Compute (s37, batch 2000): the tensor pipe 71% busy, the top stalls waiting on wgmma results. It is
-//   tensor-bound, and 64% of what the tensor cores compute is padding: 19 filters' hi and lo rows fill 38 of the
-//   64 rows of the first wgmma and their hi rows 19 of the second's, and 768 positions per image are computed for
-//   625 outputs. Fewer products need positions as M with a narrow N again (hi and lo of 8 channels side by side in
-//   one k16 step: N = 2 M), which the first form above did not reach. Step 29 folds the taps into M instead.
-// Measured (results/bench-nvidia-h200-2026-11-25-sweep-step28.json, `invoke bench --sweep`, H200, batch 10000):
-// the best float32 variant on 12 of the 80 rows (ms; the previous best float32 variant; cuDNN FP32): s37 3.04
-// (step 26 3.55; 2.19: 0.72x, was 0.64x), s17 2.52 (step 26 2.76; 2.34: 0.93x, was 0.85x), s29 12.8 (step 26
-// 16.5; 31.8), s04 22.1 (step 20 26.9; 41.0).
+// Measurements and what was tried: docs/ladder-findings/28.md (docs/ladder.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>
