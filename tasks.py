@@ -115,6 +115,19 @@ def check(c, student=None, cuda_arch="90"):
     ch.check_student(student, cuda_arch=cuda_arch)
 
 
+@task(help={"only": "run only the fast or only the slow tests",
+            "pytest_args": "more pytest arguments for both runs, e.g. \"-x -k cpu\" (split like a shell would, never "
+                           "run by one)"})
+@user_errors
+def test(c, only=None, pytest_args=""):
+    """The tests: the fast ones, then the slow ones, as two pytest runs with their 20 slowest tests listed."""
+    from pyconv.tools import testsuite
+
+    code = testsuite.run(only=only, pytest_args=pytest_args)
+    if code:
+        raise Exit(code=code)
+
+
 @task(help={"source": "as for `invoke data`"})
 @user_errors
 def setup(c, source=None):

@@ -4,7 +4,6 @@ lacks skips, naming it (a student handout; the ladder's history without `invoke 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from built_variants import needs
 from gpu_helpers import (
@@ -18,8 +17,6 @@ from gpu_helpers import (
     requires_gpu_module,
 )
 from variant_edges import EDGES
-
-from pyconv import ladder
 
 
 def _shape_id(s) -> str:
@@ -95,14 +92,3 @@ def test_the_split_igemm_takes_the_largest_shapes_the_other_split_steps_refuse()
     g = gpu()
     for shape in EDGES["gpu-split-f16-igemm"].supported:
         assert g.why_unsupported("gpu-split-f16", *shape) and g.why_unsupported("gpu-split-f16-lean", *shape)
-
-
-def test_every_plain_variant_of_the_ladder_has_edges_or_a_test_of_its_kind():
-    """The table covers the plain convolutions from step 17 on (the fused ones: test_gpu_fused_first_layer.py; steps
-    0-16 at random and course shapes: test_gpu_engine.py, test_gpu_any_shape.py), and names no variant the ladder
-    lacks."""
-    steps = ladder.registry()
-    assert set(EDGES) <= {s.name for s in steps}
-    later = {s.name for s in steps if s.step >= 17 and s.epilogue == "None" and s.name != "gpu-tensor-core-igemm"}
-    assert later <= set(EDGES), later - set(EDGES)
-    assert all(np.all(np.array(e.shapes) > 0) for e in EDGES.values())

@@ -9,7 +9,9 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
+from variant_edges import EDGES
 
 from pyconv import ladder
 from pyconv.core import paths
@@ -109,3 +111,14 @@ def test_the_live_steps_cover_every_default_and_every_fastest_variant_in_the_evi
                         break
     history = {name: why for name, why in needed.items() if not by_name[name].live}
     assert not history, f"history steps that final or a milestone can choose: {history}"
+
+
+def test_every_plain_variant_of_the_ladder_has_edges_or_a_test_of_its_kind():
+    """The table covers the plain convolutions from step 17 on (the fused ones: test_gpu_fused_first_layer.py; steps
+    0-16 at random and course shapes: test_gpu_engine.py, test_gpu_any_shape.py), and names no variant the ladder
+    lacks."""
+    steps = STEPS
+    assert set(EDGES) <= {s.name for s in steps}
+    later = {s.name for s in steps if s.step >= 17 and s.epilogue == "None" and s.name != "gpu-tensor-core-igemm"}
+    assert later <= set(EDGES), later - set(EDGES)
+    assert all(np.all(np.array(e.shapes) > 0) for e in EDGES.values())

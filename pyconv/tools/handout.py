@@ -31,6 +31,10 @@ LEFT_OUT = (
     "native/cpu/kernels/",
     "native/cuda/kernels/",
     "native/cuda/ladder/",
+    # the ladder's document (each step's technique and findings) and its tests
+    "docs/ladder.md",
+    "docs/ladder-findings/",
+    "tests/test_ladder.py",
     # finished student files kept as fixtures (ours, and the grader's teams)
     "tests/fixtures/student/",
     "tests/fixtures/teams/",
