@@ -122,8 +122,8 @@ EDGES: dict[str, Edges] = {
     # block) and several (computed per group), odd and even W and K (the split's runs of four columns and their zero
     # tail), the weights and staging ring in the gap before the lo planes or after them, each depth of the staging ring,
     # and more images than persistent blocks. Held to the default float32 tolerance; shapes that do not fit are refused
-    # with one line. The arithmetic contract it shares with step 20 (float32 tolerance declared, inputs beyond FP16's
-    # range reaching non-finite outputs, the course's layers supported) is checked for both in test_gpu_split_f16.py.
+    # with one line. It shares step 20's arithmetic contract: float32 tolerance declared, inputs beyond FP16's range
+    # reaching non-finite outputs, the course's layers supported.
     "gpu-split-f16-lean": Edges(
         seed=2021,
         shapes=(
