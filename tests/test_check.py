@@ -40,7 +40,8 @@ def test_the_skeleton_compiles_and_a_broken_file_does_not(tmp_path):
     ok = invoke("check", "--student", SLOT)
     assert ok.returncode == 0 and "new-forward.cuh compiles (nvcc, sm_90)" in ok.stdout, ok.stdout + ok.stderr
     text = (SLOT / "new-forward.cuh").read_text()
-    (tmp_path / "new-forward.cuh").write_text(text.replace("const int H_out = H - K + 1;", "const int H_out = H - K + 1"))
+    broken = text.replace("const int H_out = H - K + 1;", "const int H_out = H - K + 1")  # a semicolon missing
+    (tmp_path / "new-forward.cuh").write_text(broken)
     bad = invoke("check", "--student", tmp_path)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert last_line(bad) == (f"error: {tmp_path / 'new-forward.cuh'} does not compile (nvcc exited with status 2; "
