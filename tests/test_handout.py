@@ -107,11 +107,22 @@ DATA = {"PYCONV_DATA_FILE": str(paths.DATA_FILE)}
 SKELETON_SKIP = "still holds the course's skeleton"
 
 
+HANDOUT_TIMEOUT = 3000  # seconds for the handout's own fast tests (a loaded 2-core machine took over 50 minutes)
+
+
 def handout_pytest(folder: Path, *args: str) -> subprocess.CompletedProcess:
     """The handout's own tests, as a student runs them; the summary names every test that failed, was skipped (with
     its reason) or passed (one -r: a second would replace the first)."""
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfEsp", "-p", "no:cacheprovider", *args],
-                          cwd=folder, capture_output=True, text=True, timeout=3000, env={**os.environ, **DATA})
+    # -v: each test's id is printed as it starts, so a run stopped by the timeout still names the test it was in
+    argv = [sys.executable, "-m", "pytest", "-v", "-rfEsp", "-p", "no:cacheprovider", *args]
+    try:
+        return subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=HANDOUT_TIMEOUT,
+                              env={**os.environ, **DATA})
+    except subprocess.TimeoutExpired as e:
+        out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
+        lines = out.strip().splitlines()
+        pytest.fail(f"the handout's tests ran past {HANDOUT_TIMEOUT} s, in {lines[-1] if lines else '(no output)'}; "
+                    f"{sum(' PASSED' in x for x in lines)} had passed", pytrace=False)
 
 
 def failures(tests: subprocess.CompletedProcess) -> str:
