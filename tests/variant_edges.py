@@ -31,6 +31,7 @@ class Edges:
     seed: int
     shapes: tuple[Shape, ...]  # each must match the reference
     supported: tuple[Shape, ...] = ()  # supports() takes them
+    supported_asks_the_gpu: bool = False  # its supports() asks the device (a Hopper GPU's wgmma code): GPU only
     refused: tuple[Refusal, ...] = ()
     fp16_channels: tuple[int, ...] = ()  # an input beyond 65504 in these channels: its outputs inf or NaN
     in_turn: tuple[Shape, ...] = ()  # run one after another: a workspace kept between calls, grown only
@@ -366,7 +367,7 @@ EDGES: dict[str, Edges] = {
             (25, 96, 200, 200, 4, 1),  # 15 MB per image, K = 1: the batch in two chunks
             (2, 2, 40, 3, 5, 3),       # Wo = 1: a third of the flat grid is stored
         ),
-        supported=SWEEP_SMALL_IMAGES,
+        supported=SWEEP_SMALL_IMAGES, supported_asks_the_gpu=True,
         refused=(Refusal((2, 15, 24, 24, 38, 7), shared_memory=False,
                          says="M = 38 filters; at most 32 (8 per warp, hi and lo in its 16 accumulator rows)"),
                  # 32 channels of 96-pixel rows with K = 7: 128 positions reach 710 slab rows of 128 bytes
@@ -430,7 +431,7 @@ EDGES: dict[str, Edges] = {
             (37, 11, 31, 31, 27, 5),   # s08 at batch 37: 3 groups of 9 filters over 259 tiles
             (40, 26, 40, 40, 9, 7),    # 368 slab rows of 128 bytes: 480 tiles
         ),
-        supported=SWEEP_SMALL_IMAGES,
+        supported=SWEEP_SMALL_IMAGES, supported_asks_the_gpu=True,
         # 32 channels of 96-pixel rows with K = 7 and 18 filters: 704 slab rows of 128 bytes, and even one slab buffer
         # does not fit beside the weights and the staging area
         refused=(Refusal((2, 32, 96, 96, 18, 7), says="weights (112 KB), a slab of 704 rows (88 KB) and 126 staged "
@@ -514,6 +515,7 @@ EDGES: dict[str, Edges] = {
             (40, 26, 40, 40, 9, 7),    # 368 slab rows of 128 bytes: 480 tiles
         ),
         # the rows the step is for (s00 refused by step 29)
+        supported_asks_the_gpu=True,
         supported=((10000, 11, 31, 31, 27, 5), (10000, 29, 29, 29, 19, 5), (10000, 30, 81, 81, 46, 7)),
         # 7 x 7 taps over 1500-pixel rows: a tile's slab alone is 9128 rows of 128 bytes, beyond shared memory in any
         # grouping; the message names the grouping that needs the least (one filter a group)
