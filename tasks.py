@@ -86,18 +86,47 @@ def data(c, source=None, force=False):
                        "run with `invoke milestone --student DIR`",
             "target": "build only these CMake targets, e.g. _cpu (comma-separated)",
             "edition": "a Mini-DNN edition (2020fa on): --student DIR holds its cpu-new-forward.cc / new-forward.cu",
-            "gpu_file": "with --edition: the student's file defining GPUInterface (default new-forward.cu)"})
+            "gpu_file": "with --edition: the student's file defining GPUInterface (default new-forward.cu)",
+            "gpu": "compile the CUDA modules even where no GPU is visible (default: only where nvidia-smi sees one); "
+                   "fails when nvcc or cuBLAS is missing",
+            "ladder": "also compile the ladder's history steps (native/cuda/ladder/) into pyconv._gpu (implies --gpu)"})
 @user_errors
 def build(c, build_dir=None, debug=False, clean=False, jobs="0", cuda_arch="", portable=False, student=None,
-          target=None, edition=None, gpu_file=None):
-    """Configure and build the native modules (pyconv._cpu always, pyconv._gpu when nvcc and cuBLAS are found),
+          target=None, edition=None, gpu_file=None, gpu=False, ladder=False):
+    """Configure and build the native modules (pyconv._cpu always, pyconv._gpu where a GPU is visible or with --gpu),
     then import each one: a module that does not load fails the build, naming the missing symbol. Flags apply
     to this build only (a plain `invoke build` returns to the defaults)."""
     from pyconv.tools import build as b
 
     for path in b.build(build_dir=build_dir, debug=debug, clean_first=clean, jobs=jobs, cuda_arch=cuda_arch,
-                        portable=portable, student=student, targets=target, edition=edition, gpu_file=gpu_file):
+                        portable=portable, student=student, targets=target, edition=edition, gpu_file=gpu_file,
+                        gpu=gpu, ladder=ladder):
         print(f"built and imported {path}")
+
+
+@task(help={"student": "a folder holding a student's new-forward.cuh and/or new-forward.h",
+            "cuda_arch": "the GPU architecture nvcc compiles for (default 90)"})
+@user_errors
+def check(c, student=None, cuda_arch="90"):
+    """Compile-check a student's files alone (nvcc for new-forward.cuh, no GPU needed; seconds, not a whole build)."""
+    from pyconv.tools import check as ch
+
+    if student is None:
+        raise Exit("error: --student DIR is required (the folder holding new-forward.cuh / new-forward.h)", code=1)
+    ch.check_student(student, cuda_arch=cuda_arch)
+
+
+@task(help={"only": "run only the fast or only the slow tests",
+            "pytest_args": "more pytest arguments for both runs, e.g. \"-x -k cpu\" (split like a shell would, never "
+                           "run by one)"})
+@user_errors
+def test(c, only=None, pytest_args=""):
+    """The tests: the fast ones, then the slow ones, as two pytest runs with their 20 slowest tests listed."""
+    from pyconv.tools import testsuite
+
+    code = testsuite.run(only=only, pytest_args=pytest_args)
+    if code:
+        raise Exit(code=code)
 
 
 @task(help={"source": "as for `invoke data`"})
@@ -176,6 +205,15 @@ def evidence(c, results=None):
 
     for path in ev.rebuild(results, echo=print):
         print(f"wrote {path}")
+
+
+@task
+@user_errors
+def ladder_doc(c):
+    """Write docs/ladder.md from the variants' descriptors (live and history) and docs/ladder-findings/NN.md."""
+    from pyconv import ladder
+
+    print(f"wrote {ladder.write()}")
 
 
 @task(help={"m": "milestone to profile: 1, 3, 4 or final (2 runs on the CPU: nothing to trace)",

@@ -81,3 +81,28 @@ def assert_close(got, ref, rtol, atol, what=""):
 
     c = verify.compare(np.asarray(got), np.asarray(ref), rtol, atol)
     assert c.passed, f"{what}: {c.why}"
+
+
+def _built_gpu_variants() -> set[str]:
+    try:
+        from pyconv import _gpu
+    except ImportError:  # not built: every GPU test skips anyway (gpu_helpers)
+        return set()
+    return {v["name"] for v in _gpu.variants()}
+
+
+def pytest_collection_modifyitems(config, items):
+    """The ladder's history (native/cuda/ladder/): a test of one of its steps is marked `ladder` (by hand, or here
+    where a parameter names one) and skips, saying so, unless the build has them (`invoke build --gpu --ladder`)."""
+    from pyconv import ladder
+
+    history = {s.name for s in ladder.registry() if not s.live}
+    built = bool(history & _built_gpu_variants())
+    skip = pytest.mark.skipif(True, reason="tests a step of the ladder's history, which this build leaves out "
+                                           "(`invoke build --gpu --ladder` compiles it)")
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and any(isinstance(v, str) and v in history for v in callspec.params.values()):
+            item.add_marker(pytest.mark.ladder)
+        if not built and item.get_closest_marker("ladder") is not None:
+            item.add_marker(skip, append=False)

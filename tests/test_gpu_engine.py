@@ -719,6 +719,7 @@ def test_the_last_part_in_pieces_gives_the_labels_of_the_whole_part(sp19):
 @requires_gpu
 @pytest.mark.gpu
 @pytest.mark.torch
+@pytest.mark.ladder
 @needs("gpu-unroll-gemm")
 @needs_m3_pick
 def test_a_variant_that_moves_its_buffers_is_never_replayed():

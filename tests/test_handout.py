@@ -107,11 +107,30 @@ DATA = {"PYCONV_DATA_FILE": str(paths.DATA_FILE)}
 SKELETON_SKIP = "still holds the course's skeleton"
 
 
+HANDOUT_TIMEOUT = 3000  # seconds for the handout's own fast tests (a loaded 2-core machine took over 50 minutes)
+
+
 def handout_pytest(folder: Path, *args: str) -> subprocess.CompletedProcess:
     """The handout's own tests, as a student runs them; the summary names every test that failed, was skipped (with
     its reason) or passed (one -r: a second would replace the first)."""
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfEsp", "-p", "no:cacheprovider", *args],
-                          cwd=folder, capture_output=True, text=True, timeout=3000, env={**os.environ, **DATA})
+    # -v: each test's id is printed as it starts, so a run stopped by the timeout still names the test it was in
+    argv = [sys.executable, "-m", "pytest", "-v", "-rfEsp", "-p", "no:cacheprovider", *args]
+    try:
+        return subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=HANDOUT_TIMEOUT,
+                              env={**os.environ, **DATA})
+    except subprocess.TimeoutExpired as e:
+        out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
+        lines = out.strip().splitlines()
+        pytest.fail(f"the handout's tests ran past {HANDOUT_TIMEOUT} s, in {lines[-1] if lines else '(no output)'}; "
+                    f"{sum(' PASSED' in x for x in lines)} had passed", pytrace=False)
+
+
+def failures(tests: subprocess.CompletedProcess) -> str:
+    """The ids of the tests that failed or errored (pytest's -rfE summary), first, then the end of the output: a
+    failing run names what failed before anything else."""
+    ids = re.findall(r"^(?:FAILED|ERROR) (\S+)", tests.stdout, re.M)
+    return (f"failed: {', '.join(ids) or '(none named: see the output)'}\n--- end of the output:\n"
+            + tests.stdout[-5000:] + tests.stderr[-2000:])
 
 
 def counts(tests: subprocess.CompletedProcess) -> dict[str, int]:
@@ -133,7 +152,7 @@ def test_the_handouts_own_tests_pass(built_handout):
     # Tests of a ladder variant skip there, naming it; those of the student's variants skip while the slots hold
     # the skeletons, saying so; everything else (reference, milestone 1, engines, tools) runs.
     tests = handout_pytest(built_handout, "-m", "not slow")
-    assert tests.returncode == 0, tests.stdout[-5000:] + tests.stderr[-2000:]
+    assert tests.returncode == 0, failures(tests)
     n = counts(tests)
     assert n.get("passed", 0) > 300 and not n.get("failed") and not n.get("errors") and not n.get("error"), n
     assert SKELETON_SKIP in tests.stdout  # the student's variants were reached, and skipped for that reason only
@@ -157,7 +176,7 @@ def test_once_the_slot_holds_code_the_handouts_student_tests_run_it(built_handou
             assert SKELETON_SKIP not in tests.stdout, tests.stdout[-3000:]
             verdicts = dict((name, verdict) for verdict, name in
                             re.findall(r"^(PASSED|FAILED) (\S+)", tests.stdout, re.M))
-            assert tests.returncode == (0 if ok else 1), tests.stdout[-5000:] + tests.stderr[-2000:]
+            assert tests.returncode == (0 if ok else 1), failures(tests)
             assert [verdicts.get(c) for c in checks] == ["PASSED" if ok else "FAILED"] * 2, tests.stdout[-5000:]
     finally:
         # the skeleton back, and the module built from it, for any test that runs after this one

@@ -459,7 +459,12 @@ LADDER_BEFORE = ("gpu-baseline", "gpu-shared-tiled", "gpu-const-weights", "gpu-u
                  "gpu-register-tiled", "gpu-specialised", "gpu-channel-parallel", "gpu-tensor-core", "gpu-streams",
                  "gpu-fused-tanh-pool", "gpu-autotuned", "gpu-constant-operand", "gpu-tensor-core-tf32",
                  "gpu-tensor-core-fused")
-needs_the_ladder = needs(*LADDER_BEFORE)  # the plans below are choices among the ladder's variants
+
+
+def needs_the_ladder(test):
+    """The plans below are choices among the whole ladder's variants, history included (`invoke build --ladder`)."""
+    return pytest.mark.ladder(needs(*LADDER_BEFORE)(test))
+
 
 @requires_gpu_module
 @needs_the_ladder

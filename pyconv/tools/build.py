@@ -142,13 +142,17 @@ def student_build_dir(student: str) -> Path:
 
 
 def configure_args(bdir: Path, debug: bool, portable: bool, cuda_arch: str, student: Path | None = None,
-                   minidnn: tuple[str, str] | None = None) -> list[str]:
+                   minidnn: tuple[str, str] | None = None, gpu: bool = False, ladder: bool = False) -> list[str]:
+    """minidnn: (generation, GPU file) of a Mini-DNN edition. gpu: compile the CUDA modules whether or not a GPU is
+    visible (PYCONV_GPU=ON; else AUTO: only where one is); ladder: also the ladder's history steps
+    (PYCONV_LADDER, which asks for the CUDA modules too)."""
     import pybind11
 
     args = ["cmake", "--no-warn-unused-cli", "-S", str(paths.ROOT), "-B", str(bdir),
             f"-DCMAKE_BUILD_TYPE={'Debug' if debug else 'Release'}",
             f"-Dpybind11_DIR={pybind11.get_cmake_dir()}", f"-DPython_EXECUTABLE={sys.executable}",
-            f"-DPYCONV_NATIVE_ARCH={'OFF' if portable else 'ON'}"]
+            f"-DPYCONV_NATIVE_ARCH={'OFF' if portable else 'ON'}",
+            f"-DPYCONV_GPU={'ON' if gpu or ladder else 'AUTO'}", f"-DPYCONV_LADDER={'ON' if ladder else 'OFF'}"]
     cublas = _cublas_root()
     if cublas:
         args.append(f"-DPYCONV_CUBLAS_ROOT={cublas}")
@@ -354,14 +358,15 @@ def check_modules(bdir: Path, targets: list[str] | None = None) -> list[Path]:
 
 def build(build_dir: str | None = None, debug: bool = False, clean_first: bool = False, jobs="0", cuda_arch: str = "",
           portable: bool = False, student: str | None = None, targets: str | None = None, edition: str | None = None,
-          gpu_file: str | None = None) -> list[Path]:
+          gpu_file: str | None = None, gpu: bool = False, ladder: bool = False) -> list[Path]:
     """Configure (every flag spelled out), build, and import each module. Returns the modules' paths.
     student: a folder holding new-forward.h / new-forward.cuh, compiled as cpu-student / gpu-student into a build
     folder of its own (default build/student-<hash of its path>), the modules written there (run them with
     `invoke milestone --student DIR`). targets: 'a,b' builds only those CMake targets (e.g. _cpu).
     edition: a Mini-DNN edition (pyconv.tools.minidnn): the student's cpu-new-forward.cc and GPU file (gpu_file,
     default new-forward.cu) in DIR or its custom/ folder, compiled for that edition's interface (without a
-    student: its skeletons); the build folder is then build/student-<hash>-<generation>."""
+    student: its skeletons); the build folder is then build/student-<hash>-<generation>.
+    gpu, ladder: see configure_args."""
     from . import minidnn as md
 
     arch = check_cuda_arch(cuda_arch) if cuda_arch else ""
@@ -395,7 +400,7 @@ def build(build_dir: str | None = None, debug: bool = False, clean_first: bool =
         raise PyconvError(f"cannot create the build folder {bdir} ({e.strerror or e})") from None
     with build_lock(bdir):
         forget_unproven_modules(bdir)
-        _run(configure_args(bdir, debug, portable, arch, sdir, minidnn), "CMake configure")
+        _run(configure_args(bdir, debug, portable, arch, sdir, minidnn, gpu=gpu, ladder=ladder), "CMake configure")
         _run(["cmake", "--build", str(bdir), "--parallel", str(n_jobs), *(["--target", *wanted] if wanted else [])],
              "the build")
         built = check_modules(bdir, wanted or None)

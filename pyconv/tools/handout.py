@@ -2,8 +2,8 @@
 
 The handout is the committed tree (HEAD, through `git archive`: nothing uncommitted, nothing git-ignored) without
 the assignment's answers and the teachers' tools:
-- every variant file: native/cpu/kernels/ and native/cuda/kernels/ (cpu-naive, cpu-fast, gpu-baseline and the
-  optimised ladder). The student slots native/student/new-forward.h and .cuh are then the only variants, and the
+- every variant file: native/cpu/kernels/, native/cuda/kernels/ and native/cuda/ladder/ (cpu-naive, cpu-fast,
+  gpu-baseline and the optimised ladder, live and history). The student slots native/student/new-forward.h and .cuh are then the only variants, and the
   milestones take them by default (the rule: the first Default variant present, else the student's);
 - the finished student files kept as test fixtures, and the grader's fixture teams;
 - the grader (pyconv/grading/, this module, grade and leaderboard) with its tests, and its block of tasks.py.
@@ -31,6 +31,11 @@ LEFT_OUT = (
     # the assignment's answers: every variant file, CPU and GPU
     "native/cpu/kernels/",
     "native/cuda/kernels/",
+    "native/cuda/ladder/",
+    # the ladder's document (each step's technique and findings) and its tests
+    "docs/ladder.md",
+    "docs/ladder-findings/",
+    "tests/test_ladder.py",
     # finished student files kept as fixtures (ours, and the grader's teams)
     "tests/fixtures/student/",
     "tests/fixtures/teams/",

@@ -10,12 +10,11 @@
 // (M = 50 runs as two 32-channel tiles).
 // Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
 // median of 20): this step's row per course layer, cuDNN's beside it.
-// Predicted before measuring, batch 10000: sp19 conv1 ~0.35-0.5 ms (FMA waste: M=6 of 8 rows, 25 of 32
-// reduction rows), conv2 ~0.45-0.6 ms (~25-35 TFLOP/s on the 15.5 GFLOP).
+// Measurements and what was tried: docs/ladder-findings/05.md (docs/ladder.md).
 #include <climits>
 #include <string>
 
-#include "cuda/kernels/fallback_steps.cuh"
+#include "cuda/runtime/fallback_steps.cuh"
 #include "cuda/runtime/registry.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 

@@ -9,23 +9,12 @@
 // - The MB weights of one tap are stored contiguously in shared memory and read as float4 broadcasts.
 // - C, K, MB, TNP are template parameters: every loop bound is a compile-time constant, the (c, p, q) loops are
 //   fully unrolled (#pragma unroll), shared-memory offsets fold into immediates, pointers are __restrict__.
-// Instantiated: (C=1, K=5) [sp19/sp18 conv1, fa17], (C=6, K=5) [sp19/sp18 conv2], (C=1, K=7) and (C=12, K=7)
-// [fa18], each with two channel-group sizes MB (chosen at run time to waste the fewest channels for M).
-// Every other shape, and any shape whose band does not fit in shared memory, runs step 5's register-tiled
-// implicit GEMM (conv_fwd_gpu_register_tiled): the variant supports every shape step 5 supports.
-// Measured: results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
-// median of 20): this step's row per course layer, cuDNN's beside it.
-// Then __launch_bounds__(256, 3) instead of (256, 2): 80 registers, no spills, theoretical occupancy 28% -> 37%
-// (Nsight Compute had shown issue slots 64% busy with 4.5 warps per scheduler: latency bound, not DRAM-bound at 9%).
-// Measured after: results/bench-nvidia-h200-2026-11-22-specialised-occupancy.json against the rows above: sp19 conv2
-// faster, sp19 conv1 and fa17 unchanged within noise.
-// Predicted before measuring, batch 10000: sp19 conv1 ~0.2-0.3 ms (near the 464 MB output-write floor),
-// conv2 ~0.35-0.5 ms (~60-70% of FMA peak; 162 work items per image over 192 threads).
+// Measurements and what was tried: docs/ladder-findings/06.md (docs/ladder.md).
 #include <algorithm>
 #include <climits>
 #include <string>
 
-#include "cuda/kernels/fallback_steps.cuh"
+#include "cuda/runtime/fallback_steps.cuh"
 #include "cuda/runtime/registry.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 

@@ -1,25 +1,5 @@
 // Step 10 -- gpu-fused-tanh-pool: convolution + tanh + 2x2/2 max pooling in one kernel (Epilogue::TanhMaxPool2).
-//
-// Changes from step 9: the layer's un-pooled output never reaches global memory. Each thread computes two
-// horizontally adjacent pooled outputs for MB output channels: 2 x (2x2) conv values per channel, the max of each
-// quad, then one tanhf per pooled value (tanh is increasing, so tanh(max) == max(tanh): 1 tanhf instead of 4).
-// Why: sp19 conv1 (C=1 M=6 K=5, 48x48, B=10000) un-fused reads 92 MB and writes 464 MB (~0.13 ms at best), and
-// tanh + pool then read it back; fused it writes 116 MB, and the 2.9 G FMAs (~0.09 ms at the H100's FFMA peak)
-// set the floor instead.
-// Inner loop: the images of a block are staged in shared memory (even row pitch, so rows are read as float2);
-// for each kernel row p a thread loads the K weights of its MB channels into registers once (broadcast LDS) and
-// applies them to input rows p and p+1 for both quads: 2*2*2*K*MB FFMA per (K*MB/2 + K+3) LDS, ~10% overhead.
-// Weights stay in shared memory, not __constant__: a constant bank would be shared by launches on different
-// streams, and two layers in flight at once would read each other's weights.
-// Specialised (templates) for K = 5 and 7 with MB = 6 or 8 channels per pass (sp18/sp19 conv1 M=6; fa18 conv1
-// M=12 = 2 x 6; fa17 M=50 = 7 x 8 with the last pass masked); any other shape, or images too large for shared
-// memory, run a generic kernel (one thread per pooled output, x and k from global memory).
-// The network's first layer reads the uint8 images as they arrived from the host (launch_u8): the widening to
-// float happens while a block stages its images, so the batch never exists as float32 in global memory (measured
-// in the sp19 network on an H200: the separate widening kernel took 66 us of 1.5 ms per batch of 10000).
-// Measured (conv + tanh + pool): results/bench-nvidia-h200-2026-11-22.json (`invoke bench`, NVIDIA H200, batch 10000,
-// median of 20): this step's row per course layer, cuDNN's beside it.
-// Predicted before measuring (H100, B=10000): sp19 conv1 fused ~0.10 ms; fa17 fused (if its layer pools) ~0.9 ms.
+// Measurements and what was tried: docs/ladder-findings/10.md (docs/ladder.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -1,32 +1,6 @@
 // Step 14 -- gpu-tensor-core-fused: convolution + tanh + 2x2/2 max pooling on the tensor cores (one TF32 pass),
 // for the first layers of the course's networks (few input channels, few output channels, large images).
-//
-// Changes from step 10 (gpu-fused-tanh-pool, FFMA) and step 13 (TF32, channels x pixels) and why:
-// - The GEMM is transposed: pixels are the MMA's M side (16 = 8 columns x 2 rows of the conv output) and output
-//   channels its N side (8 per MMA). The course's first layers have M = 6 or 12 channels: as step 13's A operand
-//   (16 rows) 10 of 16 rows would be zeros; as N they fill 6 of 8. The depth C*K*K = 25 (K=5) pads to 32.
-// - The 2x2 pool falls out of the fragment layout: a lane holds d0/d1 (pixel g, channels 2t, 2t+1) and d2/d3
-//   (pixel g+8 = the same column one row down), so the vertical max is in-register and the horizontal one is
-//   one shuffle with the lane of the neighbouring column (lane ^ 4). tanh is applied once, after the max (tanh is
-//   increasing). The un-pooled output never exists, as in step 10.
-// - uint8 images (the network's raw input, launch_u8) are widened while staged in shared memory; integers up to
-//   255 are exact in TF32, so only the weights are rounded (cvt.rna, relative 2^-11). Float input is rounded
-//   when gathered.
-// - The weights of the whole layer live in registers as B fragments (KSTEPS * NG * 2 per lane), the tap ->
-//   shared-offset table too (2 per k-step): the inner loop is 4 LDS (the im2col gather of a0..a3) + NG MMAs.
-// - A block stages IPB whole images (no halo logic) and its 4 warps walk their 16-pixel tiles.
-// Configurations (KSTEPS = ceil(C*K*K / 8), NG = ceil(M / 8)): (4, 1) sp19/sp18 conv1, (7, 2) fa18 conv1,
-// (4, 7) fa17 keep the weights in registers; any other depth reads them from shared memory (M <= 56, one image
-// up to 96 KB).
-// Predicted before measuring (H200, sp19 conv1, B=10000): ~0.1 ms, bound by the 16 shared loads per 4 MMAs
-// (21 M warp-wide loads, ~0.08 ms) with the 23 MB in and 116 MB out (~0.04 ms) overlapping.
-// Measured (conv + tanh + pool): results/bench-nvidia-h200-2026-11-23.json (`invoke bench`, NVIDIA H200, batch
-// 10000, median of 20): behind step 10 on sp19 and sp18 conv1, ahead of it on fa17 and fa18 conv1, far ahead of
-// cuDNN conv2d + tanh + pool everywhere. The first version (index arithmetic per 16-pixel tile, weights spilled)
-// ran sp19 conv1 at 0.434 ms. With 6 output channels the gathers, not the MMAs, bound it: step 10's
-// register-blocked FFMA stays ahead there.
-// Not chosen by final: in the fa17 network (ece408-high) its TF32 rounding moved one label of 10000 against
-// PyTorch's float32 network (the reason in its final role, below).
+// Measurements and what was tried: docs/ladder-findings/14.md (docs/ladder.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -1,38 +1,6 @@
 // Step 15 -- gpu-fused-pipelined: convolution + tanh + 2x2/2 max pooling in exact FP32 for a network's first
 // layers (one input channel), with the images streamed into shared memory while the previous ones are computed.
-//
-// Changes from step 10 (gpu-fused-tanh-pool) and why:
-// - Step 10 stages a block's images with one 4-byte load per thread per iteration and only then computes; with
-//   ~100 registers x 256 threads only 2 blocks share an SM, so while a block stages, half the SM waits on DRAM
-//   latency with few bytes in flight (sp19 conv1 measured at well under half of its FP32 floor:
-//   results/bench-nvidia-h200-2026-11-23.json). Here blocks are persistent (one or two per SM, each walking
-//   groups of `ipb` images) and stage the NEXT group with 16-byte cp.async copies into a second buffer while
-//   they compute the current one: every SM keeps a whole image group of loads in flight behind its FFMAs.
-// - The raw bytes are copied as they are (float32, or the network's uint8 pixels through launch_u8: 1 byte per
-//   pixel from DRAM). Float images whose rows are 16-byte multiples and wide enough are computed in place;
-//   anything else (uint8, odd widths) is widened once per group into a pitched float buffer (one vectorised
-//   shared-to-shared pass, ~1% of the group's instructions).
-// - A thread computes 2 adjacent pooled outputs (a 2 x 4 patch of conv outputs) for MB output channels: per
-//   kernel row it loads its two input rows (K+3 columns, float4 loads) once, and every weight it reads (float4 /
-//   float2 broadcast loads of MB consecutive channels, shared memory) feeds 8 FFMAs. Per item (K=5, MB=6): 1200
-//   FFMA, 70 LDS. Only the MB channels of one channel group are in registers; larger M loops over groups as
-//   separate work items (fa17: 5 groups of 10).
-// - Pool first, tanh once: the max of the 4 conv values, then one tanhf per pooled value (tanh is increasing, so
-//   tanh(max) == max(tanh) -- the same library tanhf as step 10 and the same float32 FMA arithmetic: results
-//   differ from step 10 only by the order of the K*K sums, i.e. rounding).
-// - Work-item index arithmetic uses multiply-shift dividers computed on the host (3 divisions per item would
-//   otherwise cost ~4% of the issue slots); the block size and images per group are chosen per shape so the last
-//   item round and the last group round waste few lanes (sp19: 242 items per image).
-// - What still costs issue slots besides the FFMAs: the epilogue (3 FMNMX + ~17 instructions of tanhf + half a
-//   store per pooled value, against 100 FFMAs) -- about 17% for sp19 conv1, the main reason this step predicts
-//   above the 0.10 ms goal.
-// Specialised for one input channel and K = 3, 5, 7 with MB = 6, 8 (and 10 for K = 5: fa17's 50 channels);
-// every other shape (C > 1, other K, an image or the weights too large for shared memory) runs step 10's
-// launcher, so the variant supports exactly what step 10 supports.
-// Predicted before measuring (H200, batch 10000, float32 input as `invoke bench` feeds it): sp19 conv1 + tanh +
-// pool ~0.12-0.14 ms (~75% FFMA issue x ~95% lane and wave use, against the 0.089 ms FP32 floor); fa17
-// ~0.27-0.32 ms (FP32 floor ~0.22 ms, 288 MB of pooled output written behind it); sp18, fa18, fa19 conv1 at
-// ~70% of their FP32 floors. uint8 input (the network's first layer) a few percent faster than float32.
+// Measurements and what was tried: docs/ladder-findings/15.md (docs/ladder.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -1,59 +1,7 @@
 // Step 16 -- gpu-fused-warp-specialised: convolution + tanh + 2x2/2 max pooling for a network's first layer (one
 // input channel, K = 5), FP32 FFMAs, with one producer warp streaming images into a ring of shared-memory slots
 // and consumer warps that never wait on each other.
-//
-// Changes from step 15 (gpu-fused-pipelined) and why (step 15 reached about half of the FP32 FFMA floor on sp19
-// conv1 and fa17: results/bench-nvidia-h200-2026-11-23-ladder-sp19-fa19.json,
-// results/bench-nvidia-h200-2026-11-23-fused-first-layers.json):
-// - A compact hot loop. Step 15 unrolls all K*K taps of an item: its sm_90 code for K=5, MB=6 holds ~2,700 FFMAs
-//   (~43 KB of straight-line code per item, cuobjdump --dump-sass), several times the per-sub-partition
-//   instruction cache, walked by 3 warps per scheduler at different places. Here the kernel-row loop stays rolled
-//   (`#pragma unroll 1`): one iteration is 80*MB FFMAs (480 for MB=6, ~8 KB) plus its 2*4 + ceil(5*MB/4) LDS.128,
-//   and the whole item (loop, epilogue, bookkeeping) stays near 12 KB.
-// - Bigger items: a thread computes a 4x4 patch of conv outputs (2x2 pooled outputs) for MB channels (MB = 6 when
-//   M % 6 == 0: sp19/sp18 conv1 in one group; MB = 5 when M % 5 == 0: fa17's 50 channels in 10 groups). Every
-//   weight it loads (LDS.128 broadcasts, 4 weights each) feeds 16 FFMAs, every input row load (2 x LDS.128 of 8
-//   floats) feeds 20*MB. sm_90 SASS (CUDA 13, cuobjdump --dump-sass): one kernel-row iteration is 502
-//   instructions of which 480 FFMA (MB=5: 421 / 400); per item ~2,850 instructions of which 2,400 FFMA (~84%):
-//   48 CS2R zeroing, ~240 epilogue, ~60 index and ring bookkeeping besides the loop. 165-168 registers (MB=6),
-//   150 (MB=5), no spills (-Xptxas -v).
-// - Pool first, then a 4-instruction tanh: max of the 4 conv values (3 FMNMX), then
-//   tanh(x) = 1 - 2 / (1 + 2^z) with z = 2*log2(e)*x, i.e. MUFU.EX2, FADD, MUFU.RCP, FFMA. The factor 2*log2(e) is
-//   folded into the weights when they are staged (a positive scale: the max is the same element). Library tanhf
-//   costs ~15 instructions on sm_90 (a polynomial branch for |x| < 0.6 and the same exp/rcp path otherwise),
-//   ~10% of the issue slots here. Accuracy: FP32 arithmetic throughout; ex2.approx (relative error <= 2^-22) and
-//   rcp.approx (<= 1 ulp) give |result - tanh| <= ~8e-7 absolute, against tanhf's ~1 ulp: both far inside the
-//   FP32 tolerance (pyconv.verify: atol + rtol * |ref|). Results differ from step 15 by the order of the sums and
-//   this tanh, i.e. rounding.
-// - No block-wide barrier after the prologue. Step 15 synchronises the whole block per image group, so the last
-//   item round of every group (lanes idle) and the barrier itself cost every warp. Here the last warp (the
-//   producer) copies image j into slot j % S with 16-byte cp.async and signals full[j % S] (an mbarrier,
-//   arrive.noinc on completion); the consumer warps take chunks of 32 consecutive work items of the block's
-//   images, in increasing order, from a shared counter (items are flattened over images, so chunks cross image
-//   boundaries and no lane idles except in the block's last chunk; the two consumer warps that share a scheduler
-//   with the producer simply take fewer chunks). A consumer that moves past image j arrives on empty[j % S]
-//   (after waiting for image j, so the arrival counts for that use of the slot); the producer refills a slot once
-//   every consumer has moved past its image. S = 8 slots: ~4 images of prefetch ahead of the slowest consumer;
-//   a chunk must span at most S images (images of >= 5 work items), or the slowest warp could starve.
-// - uint8 input (launch_u8, the network's first layer: 1 byte per pixel from DRAM): the producer copies the bytes
-//   into a raw ring with cp.async and widens each image once into a float slot of the same layout as float input
-//   (16 contiguous bytes per step: ~4% of the producer's scheduler).
-// - Persistent blocks, each with a contiguous range of the batch's images, so the last wave is no more than one
-//   image uneven. How many consumer warps a block has and how many blocks share an SM is one of the launch
-//   configurations below (PYCONV_STEP16_CONFIG): the first measurement (configuration a: 8 consumer warps, 1
-//   block per SM, 165 registers, 2 consumer warps per scheduler) stayed well below the FFMA issue share above, so
-//   the others trade registers for warps per scheduler (latency hiding at the top of each kernel row and in the
-//   epilogue). No configuration spills (-Xptxas -v: 167 / 150 registers for MB = 6 / 5 in a and b, 106 for c).
-// - Any width W: slot rows have a pitch of whole float4s covering every column a tile reads (pitch = W when
-//   W % 4 == 0); where pitch > W (fa19: W = 70, pitch 72) the producer copies float rows one by one with 8- or
-//   4-byte cp.async pieces, and widens uint8 images row by row.
-// Specialised for C = 1, K = 5, M % 6 == 0 or M % 5 == 0, 4-byte aligned input (uint8: images of whole 4-byte
-// words), images of >= 5 work items. Every other shape runs step 15's launcher (which itself runs step 10's for
-// what it does not cover), so the variant supports exactly what step 15 supports.
-// Predicted before measuring (H200, batch 10000, float32 input as `invoke bench` feeds it): sp19 conv1 + tanh +
-// pool ~0.105-0.12 ms (~84% FFMA issue x ~90-95% scheduling against the 0.089 ms FP32 floor: the 0.10 ms goal
-// needs ~89% overall, so it is likely just missed); fa17 ~0.27-0.30 ms (MB = 5: ~83% FFMA issue against the
-// 0.221 ms floor; 288 MB of pooled output written behind the FFMAs).
+// Measurements and what was tried: docs/ladder-findings/16.md (docs/ladder.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -63,8 +11,8 @@
 #include <mutex>
 #include <string>
 
-#include "cuda/kernels/fallback_steps.cuh"
-#include "cuda/kernels/first_layer.cuh"
+#include "cuda/runtime/fallback_steps.cuh"
+#include "cuda/runtime/first_layer.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/fast_div.cuh"
 #include "cuda/runtime/mbarrier.cuh"

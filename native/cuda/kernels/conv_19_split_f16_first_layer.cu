@@ -1,83 +1,6 @@
 // Step 19 -- gpu-split-f16-fused: convolution + tanh + 2x2/2 max pooling for a network's first layer (one input
 // channel, K <= 7) on the FP16 tensor cores with split operands (cuda/runtime/mma_f16.cuh), FP32-accurate.
-//
-// Changes from step 16 (gpu-fused-warp-specialised) and why: step 16 is issue-bound on its FP32 FFMAs (sp19 conv1,
-// fa17 conv1: results/bench-nvidia-h200-2026-11-23-steps16-18.json, with FFMAs ~84% of its instructions), so no
-// FFMA schedule reaches the 0.10 ms goal on sp19 conv1. Here the products run on the tensor cores instead: each
-// float is two halves (hi, lo), three m16n8k16 MMAs per k-step (hi*whi, hi*wlo, lo*whi), the two corrections in
-// one accumulator scaled by 2^-11 at the end: FP32-accurate (mma_f16.cuh). uint8 input (launch_u8: the network's
-// raw 0..255 pixels) is exact in one half: lo = 0, two MMAs per k-step and half the loads.
-// - GEMM per image: rows = output pixels, columns = filters (n-tiles of 8: M = 6 wastes 2 columns), depth = taps
-//   in horizontal PAIRS (ky, 2q) and (ky, 2q+1), q < P = ceil(K/2), the tap 2q+1 = K with weight 0. A lane of
-//   the MMA holds pair slot t (and t+4) of a k-step; the pairs are laid out in "columns" j of four slots: for
-//   j < P slot t is (ky = t, q = j) (kernel rows 0..3, one per slot), for P <= j < RC slot t is
-//   (ky = 4 + j - P, q = t) (the kernel rows past 3, pairs across the slots). Every column is then one per-lane
-//   base register plus an immediate offset (no per-load address arithmetic), and K = 5 needs 4 columns = 15
-//   pairs + 1 empty = 2 k-steps (K = 3: 1, K = 6: 3, K = 7: 4: the fewest 8-pair k-steps for every K <= 7).
-//   Unused slots (t >= K in the first form, t >= P in the second) read a neighbour's pair (same address: a
-//   broadcast) against a zero weight. The weights are staged in the same slot order (slot_of below).
-// - m-tile = 16 pixels = 2 output rows x 8 columns: fragment rows g = pixel (y0, x0+g), rows g+8 = (y0+1, x0+g),
-//   y0 even, x0 a multiple of 8. Then d0/d1 and d2/d3 of the accumulator are vertically adjacent pixels: the pool
-//   is max(d0, d2), max(d1, d3) in-lane and a __shfl_xor_sync(.., 4) (lane g^1) across, and lanes g and g^1 both
-//   hold the pooled values of filters n0+2t and n0+2t+1 for pooled pixel (y0/2, (x0+g)/2): the even lane takes
-//   filter 2t, the odd one 2t+1, so every lane computes one tanh. Only conv rows < 2*Hp and columns < 2*Wp are
-//   computed (the pool floors odd sizes); columns past them in the last m-tile are dropped.
-// - Tried and not kept (sm_90 SASS, not measured): one kernel row per column (pairs across the slots) makes
-//   vertically adjacent m-tiles share image rows, so a warp walking down a column of m-tiles loads 2 rows per
-//   plane per m-tile instead of 8 pairs; but an MMA's A operand then holds rows {r, r+1, r+1, r+2} (a register
-//   twice), which costs ~16 register moves per m-tile, K = 5 needs 3 k-steps (9 MMAs) instead of 2, and the per
-//   m-tile count stayed ~90 instructions.
-// - Pool first, then tanh (monotonic): one tanh per pooled value, the same exp2/rcp formula as step 16 (its
-//   header gives the accuracy). The max is max.NaN (propagating), so a NaN conv value is never dropped by the pool.
-// - A fragment register is a half2 {img[y+ky][x+2q], img[y+ky][x+2q+1]}: one aligned LDS when the image sits in
-//   shared memory in two copies, E (pairs starting at even columns) and O (at odd columns); a lane's pixel column
-//   parity is g's (x0 is a multiple of 8), so it picks its copy once. Float input has a hi and a lo plane of
-//   both copies, uint8 input a hi plane only. Each LDS.32 lands in its own register of an MMA's A operand: an
-//   interleaved {hi pair, lo pair} entry read with LDS.64 (tried first) halves the loads but sm_90 SASS then
-//   spends ~2 register moves per load to build the 4-register A operands (96 instructions per m-tile for sp19,
-//   cuobjdump --dump-sass). Row pitch = 4 mod 8 and copy stride = 16 mod 32 entries keep every fragment load
-//   free of bank conflicts (lanes g, t: copy g & 1 in the other half of the banks, t * pitch or t apart, g / 2
-//   consecutive). Entries past the image's right edge are zero (finite values under the dropped columns).
-// - Block = 8 warps, persistent over images (b += gridDim.x), as many blocks per SM as fit (4 on sp19 and fa17,
-//   1 on fa19, whose float image, copies and staging take 143 KB). Per image two barriers: (1) the raw image has
-//   landed (cp.async, issued one image ahead into the other raw slot); the threads split it into the E/O copies
-//   (uint8: widened) and write the previous image's pooled output from the staging buffer to y; (2) warps take
-//   m-tiles (every 8th), all n-tiles of one m-tile (the A fragments loaded once), and leave the pooled values in
-//   the staging buffer [M][plane], which is written out coalesced (float4 where a pooled plane is whole 16-byte
-//   blocks) after the next barrier: y (116 MB on sp19 conv1) is the biggest traffic. Weights: B fragments (hi,
-//   lo) per n-tile and k-step in shared memory, one LDS.128 per lane; for M <= 8 (one n-tile) held in registers.
-// - Per m-tile bookkeeping kept small (an earlier version of this file spent 88 SASS instructions per sp19 m-tile,
-//   48 of them neither loads, MMAs nor epilogue): a table in shared memory gives each m-tile's origin, staging
-//   offset and first pooled column (one LDS.128 instead of index arithmetic and a wrapping column counter); row
-//   g+8 and the lo plane are uniform offsets folded into the loads' addresses ([R + UR + imm]); the lane's
-//   filter, column limit and staging address are computed once. sm_90 SASS of one sp19 m-tile:
-//   59 instructions for float input (16 LDS, 6 HMMA, 3 NOP, ~20 of epilogue, ~14 other), 47 for uint8; K = 3:
-//   45, K = 7: 95.
-// - launch_u8_f16_out (registry.cuh): from the uint8 images, y in half, each pooled value rounded to nearest as it
-//   leaves the staging buffer (which stays float32): the input of a fully connected layer on the FP16 tensor cores
-//   (fa17's one conv layer), half the bytes of y.
-// Precision contract: FP32-accurate (held to the float32 tolerance) for |x| and |w| below fp16's overflow
-// (65504; the course's pixels, 0..255, and weights are far inside). A value of magnitude >= 65520 becomes inf in
-// its hi half and -inf (or NaN) in its lo half, so every conv value it reaches is NaN (inf - inf, inf * 0), and
-// with the NaN-propagating pool every pooled output it reaches is NaN: never a quietly wrong finite number.
-// Supports C = 1, K <= 7, Ho and Wo >= 2, M <= 64, an image + its staging within shared memory (sm_90's 227 KB).
-// Predicted before measuring (H200, batch 10000, float32 input as `invoke bench` feeds it): sp19 conv1: 132
-// m-tiles x 59 + ~800 of splitting + ~200 of writing out = ~8,800 warp instructions per image, x 10,000 /
-// (132 SMs x 4 schedulers x ~1.98 GHz, the SM clock the results files record) = 0.084 ms at full issue, ~0.11 ms
-// at 75-80% issue efficiency: the 0.10 ms goal needs ~85% (8 warps per scheduler, but 2 barriers per image).
-// uint8 input (the network's path): 47 per m-tile, ~7,100 per image, ~0.09 ms. fa17 (36 m-tiles, 7 n-tiles
-// each: ~16 + 7 x ~45 instructions; 8 warps share 36 m-tiles in 5 rounds of 4.5) ~0.17 ms, its 288 MB of output
-// behind it. fa19 (297 m-tiles of 2 n-tiles, ~120 instructions each, one block of 8 warps per SM) ~0.45-0.6 ms.
-// Measured: results/bench-nvidia-h200-2026-11-24-steps19-20.json (`invoke bench`, NVBench, H200). From uint8 images
-// (the network's path) it is the fastest first layer on sp19, fa17 and fa19; from float32 images it is behind step 16
-// on sp19 and fa19 (the split of every pixel into two halves costs more than the FFMAs it saves there). Nsight
-// Compute on sp19 conv1 (one launch): issue slots 61% busy (float) / 68% (uint8), ~11 cycles between a warp's
-// instructions, 4 blocks of 8 warps per SM (registers and shared memory both limit it): each m-tile is one serial
-// chain of fragment loads -> MMAs -> pool. Tried and not kept: a fetch/split rework (no division per copy,
-// conflict-free split stores, LDS.128 row loads, the next m-tile's origin prefetched, 64 registers forced): the
-// same bench moved by 1-3% either way. Two m-tiles in flight per warp (both fragments loaded and both MMAs issued
-// before either epilogue; `invoke bench`, H200): slower, sp19 from uint8 0.143 ms against 0.137, from float32
-// 0.207 against 0.149 (68 registers for K = 5 float: 3 blocks per SM instead of 4).
+// Measurements and what was tried: docs/ladder-findings/19.md (docs/ladder.md).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -87,7 +10,7 @@
 #include <string>
 #include <type_traits>
 
-#include "cuda/kernels/first_layer.cuh"
+#include "cuda/runtime/first_layer.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/fast_div.cuh"
 #include "cuda/runtime/mma_f16.cuh"

@@ -1,41 +1,6 @@
 // Step 21 -- gpu-split-f16-lean: step 20's float32-accurate split-FP16 convolution with the instructions that are
 // not loads or MMAs taken out of its loops.
-//
-// Changes from step 20 (gpu-split-f16) and why: Nsight Compute's per-instruction counts of step 20 on sp19 conv2
-// (one launch, H200) came to ~14,900 warp instructions per image for 1,476 MMAs; in the k-loop 88 instructions
-// per k-step for 18 MMAs and 13 loads (25 register moves, 24 address computations), and per n-tile group ~470
-// instructions of pixel-base division, zeroing and stores recomputed for every image. Here:
-// - Separate hi and lo planes (each in the two copies E and O), read with one LDS.32 per B register. Step 20
-//   interleaves {hi, lo} of a pair in one 8-byte word and reads it with LDS.64: the two registers that arrive
-//   together are (hi, lo) of one pair, but an MMA's B operand is two consecutive registers holding (pair t,
-//   pair t+4) of the same half, so every such load cost ~2 register moves. Four LDS.32 move the same bytes in
-//   the same shared-memory wavefronts (a warp's LDS.64 is two) and land in place.
-// - Addresses: the offset table holds bytes, a lane's pixel bases are byte offsets, the lo planes a uniform
-//   distance: per n-tile and k-step two integer adds feed four loads and three MMAs.
-// - Pixel bases: when one group of n-tiles covers the image (the course's layers), a lane's bases depend only on
-//   its warp and lane, so they are computed once per block, not once per image.
-// - Split: a thread converts a run of four columns with two packed conversions per plane (cvt.rn.f16x2.f32) and
-//   builds copy O from copy E's halves with byte permutes, instead of three scalar splits per 8-byte word and a
-//   division per word; the result is bit-identical to split_f16 (hi = fp16(v), lo = fp16((v - hi) * 2^11)).
-// - Up to 16 warps per block: fewer n-tiles per warp (fewer accumulators, registers) and more warps to hide the
-//   load -> MMA latency.
-// The precision contract, the depth order of the taps (horizontal pairs, the E/O copies) and the persistent
-// blocks with their cp.async staging ring are step 20's (see its header).
-// Supports the shapes whose whole split image (8 bytes per input) and split weights fit in shared memory, as step
-// 20 did before bands.
-// Predicted before measuring (H200, sp19 conv2, batch 10000): per image 41 n-tiles x 12 k-steps x (2 adds, 4
-// loads, 3 MMAs) = 4,430, per warp and k-step 3 fragment/offset loads (14 warps: ~500), the split ~1,000, the
-// stores ~400: ~6,500 instructions (step 20: ~14,900). At step 20's issue rate (1.77 per cycle per SM) ~0.16 ms.
-// Measured: results/bench-nvidia-h200-2026-11-24-steps21-22.json (`invoke bench`, NVBench, H200): the fastest
-// float32-accurate conv2 on sp19, sp18 and fa19, and within the sp19 goal for exact float32, but well above the
-// 0.16 ms predicted. Nsight Compute on sp19 conv2 (one launch) says why: ~13,000 instructions per image, not 6,500
-// (the k-loop as predicted; the split and the per-image bookkeeping larger), and L1/shared memory 82% busy: the
-// kernel is bound by shared-memory wavefronts, ~4,900 per image: its B loads (~1,970, plus ~700 of bank conflicts
-// that no pitch or copy-O offset of the layout model avoids on this shape: 8 pixels of an n-tile wrap rows of
-// 18), and the A fragments (1,344: each of 14 warps reloads hi and lo per k-step). Tried and not kept (their
-// commit messages give the numbers): n-tiles of 2 rows x 4 columns (the model's best layout for them is within 1%
-// of the 8-pixel n-tiles', and 10% more n-tiles), 6 n-tiles per warp in 7 warps. Step 22 takes the other road:
-// one TF32 pass moves less through shared memory.
+// Measurements and what was tried: docs/ladder-findings/21.md (docs/ladder.md).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -48,7 +13,7 @@
 #include <string>
 #include <utility>
 
-#include "cuda/kernels/pixel_pair_store.cuh"
+#include "cuda/runtime/pixel_pair_store.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/fast_div.cuh"

@@ -1,36 +1,7 @@
 // Step 22 -- gpu-tensor-core-tf32-lean: step 13's one TF32 pass with step 21's structure: all of an image's
 // n-tiles in one block of up to 16 warps, byte offsets and per-lane bases computed once per block, the image
 // rounded to TF32 once.
-//
-// Changes from step 13 (gpu-tensor-core-tf32) and why: Nsight Compute of step 21 on sp19 conv2 (one launch, H200)
-// found it bound by shared memory (L1/TEX 82% busy): per image ~4,900 shared wavefronts, 1,968 of them its B
-// loads (hi and lo planes, 16 taps per load pair) and 1,344 the A fragments (hi and lo, reloaded by each of 14
-// warps per k-step). One TF32 pass moves less: B loads are single fp32 values straight from the staged image
-// (41 n-tiles x 19 k-steps x 2 = 1,558 wavefronts on sp19 conv2), A fragments one LDS.128 per warp and k-step,
-// and there is no split phase and no split planes. Step 13 already does one TF32 pass but one image per block of
-// 4 warps at a time, with a branch per n-tile, its weights re-converted per block of 16 filters, and
-// 31% occupancy (Nsight Compute, 95 registers). Here:
-// - the staged image is the operand, rounded to TF32 in place once when it lands (round_image): a lane reads its
-//   B elements at its pixel's byte base + the k-step's tap offset from a table (per n-tile and k-step 2 adds,
-//   2 loads, 1 MMA);
-// - the staging ring has two slots: after the barrier that makes image i visible, every warp is also done with
-//   image i-1, so image i+1 is fetched into the other slot while image i is rounded and multiplied;
-// - M > 16 runs two m-tiles per pass on the image already loaded, each B load feeding both.
-// Precision: as step 13, both operands rounded to TF32 (cvt.rna), products summed in float32; held to 2e-3, and
-// final uses it only where the end-to-end bench of the model's weights allowed TF32.
-// Supports C x H x W images whose two staged copies and weights fit in shared memory.
-// Predicted before measuring (H200, sp19 conv2, batch 10000): ~2,900 shared wavefronts per image (1,558 B loads,
-// 14 warps x 19 k-steps x 4 for the A fragments, the cp.async writes), 60% of step 21's; ~7,000 instructions per
-// image; ~0.18 ms.
-// Measured: results/bench-nvidia-h200-2026-11-24-steps21-22.json (`invoke bench`, NVBench, H200): the fastest conv2
-// on sp19, sp18 and fa19 (about a third faster than step 13 on sp19, nearly three times on fa19), and final's
-// choice for sp19 and fa19 conv2, whose end-to-end labels stay those of PyTorch's float32 network
-// (results/bench-e2e-nvidia-h200-2026-11-24-sp19-steps21-22.json, -fa17-fa19-sp18-steps21-22.json; sp18's TF32
-// configuration moved a label, so final runs step 21 there). Nsight Compute on sp19 conv2 (one launch, before the
-// tap offsets were packed into one word): ~10,200 instructions per image, ~3,570 shared-memory wavefronts (1,610
-// B loads, 1,155 of A fragments and rounding, 532 of offsets), L1/shared memory 82% busy: still bound by shared
-// memory, now by the A fragments each warp reloads per k-step. Tried and not kept: the A fragments of up to 20
-// k-steps held in registers (142 registers per thread left one block of 7 warps per SM; slower, see its revert).
+// Measurements and what was tried: docs/ladder-findings/22.md (docs/ladder.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -38,8 +9,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/kernels/lean_tiles.cuh"
-#include "cuda/kernels/pixel_pair_store.cuh"
+#include "cuda/runtime/lean_tiles.cuh"
+#include "cuda/runtime/pixel_pair_store.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/fast_div.cuh"

@@ -1,42 +1,7 @@
 // Step 23 -- gpu-tensor-core-f16: one FP16 tensor-core pass (m16n8k16, float32 accumulators) on step 22's
 // structure, the image staged as channel pairs so that every B register is one aligned 32-bit load holding two
 // k values.
-//
-// Changes from step 22 (gpu-tensor-core-tf32-lean) and why: Nsight Compute of step 22 on sp19 conv2 (one launch,
-// H200) found it bound by shared memory (L1/shared 82% busy, ~3,570 wavefronts per image: B loads, the A fragments
-// each warp reloads per k-step, the rounding pass). An m16n8k16 MMA takes 16 k values per B fragment of two
-// registers where TF32's m16n8k8 takes 8, so the same two 32-bit loads per n-tile and k-step feed twice the depth:
-// - the staged image is rewritten once, when it lands, as channel-pair planes: word (c2, pixel) holds the halves
-//   (x[2 c2][pixel], x[2 c2 + 1][pixel]) (the second 0 past C). The GEMM depth is ordered (channel pair, tap), so a
-//   B register -- two consecutive k values -- is one aligned LDS.32 at the lane's pixel base + a tap offset.
-//   Step 21 pairs neighbouring taps of a row instead, which needs two copies of the image (one per column
-//   parity) and pads odd K (sp19 conv2: 90 tap pairs, 75 channel pairs);
-// - half the k-steps of step 22 for the same depth, so half the B loads and half the A fragment loads (sp19
-//   conv2: 10 k-steps, 41 n-tiles, 820 B loads per image against step 22's 1,558); A fragments and tap offsets
-//   are read per k-step from shared memory as in step 22. Holding them in registers instead (one m-tile, up to
-//   12 k-steps) took 128 registers and spilled 612 bytes beside 6 n-tiles' accumulators (-Xptxas -v, CUDA 13,
-//   sm_90), so it was not kept;
-// - the fp32 image still arrives by cp.async into a two-slot ring, so the next image flies while this one is
-//   converted and multiplied.
-// - launch_f16_out (registry.cuh): the same kernel with y in half, each value rounded as it leaves (the staged
-//   output stays float32): the input of a fully connected layer on the FP16 tensor cores, written and read in half
-//   the bytes (sp19 conv2: 129-130 us against 134.5 with float32 y, the CUPTI kernel list of one resident pass).
-// Precision: both operands rounded to FP16 (round to nearest), products summed in float32: the same 11-bit
-// significand as TF32, so held to step 22's 2e-3; FP16's range is narrower (|v| < 65504: larger values become
-// inf and the outputs they reach are not finite; values below 2^-14 lose bits as subnormals). The course's
-// layers are far inside it (tanh outputs, weights). Reduced precision: final uses it only where the end-to-end
-// bench of the model's weights allowed reduced precision (its verdict), like the TF32 steps.
-// Supports C x H x W images whose two fp32 staging slots, channel-pair planes and weights fit in shared memory.
-// Predicted before measuring (H200, sp19 conv2, batch 10000): ~900 shared wavefronts and ~3,000 instructions per
-// image, so bound by the 323 MB of x and y in HBM: ~0.08-0.10 ms.
-// Measured: results/bench-nvidia-h200-2026-11-24-step23.json (`invoke bench`, NVBench, H200): the fastest conv2 on
-// sp19, sp18 and fa19, ahead of cuDNN's faster of TF32 and FP16 on each; final's choice for sp19 conv2, whose
-// end-to-end labels stay those of PyTorch's float32 network
-// (results/bench-e2e-nvidia-h200-2026-11-24-sp19-step23.json).
-// Nsight Compute on sp19 conv2 (one launch, before the output was staged): ~7,000 instructions and ~1,700
-// shared-memory wavefronts per image (half of step 22's), issue slots 48% busy, 21% occupancy: bound by latency
-// (few warps, two barriers per image) rather than by shared memory or DRAM (31%). The direct stores' address
-// arithmetic was ~2,100 of those instructions, hence the staged output.
+// Measurements and what was tried: docs/ladder-findings/23.md (docs/ladder.md).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -46,8 +11,8 @@
 #include <string>
 #include <type_traits>
 
-#include "cuda/kernels/lean_tiles.cuh"
-#include "cuda/kernels/pixel_pair_store.cuh"
+#include "cuda/runtime/lean_tiles.cuh"
+#include "cuda/runtime/pixel_pair_store.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/fast_div.cuh"

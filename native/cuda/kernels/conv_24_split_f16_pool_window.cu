@@ -1,65 +1,7 @@
 // Step 24 -- gpu-split-f16-pool-window: convolution + tanh + 2x2/2 max pooling for a network's first layer (one
 // input channel, K <= 7) on the FP16 tensor cores with split operands, FP32-accurate, with each MMA accumulator
 // holding whole pool windows.
-//
-// Changes from step 19 (gpu-split-f16-fused) and why: step 19 is bound by its instruction stream (Nsight Compute on
-// sp19 conv1 from uint8: issue slots 68% busy, 47 SASS instructions per m-tile: 8 fragment loads, 4 MMAs, ~20 of
-// epilogue). Its MMA puts pixels on the rows and filters on the columns, so a lane's accumulator holds two
-// vertically adjacent pixels of two filters: the pool needs two shuffles, four maxima and a select, and each
-// lane loads 8 registers of pixels per m-tile. Here the operands swap roles and the weights carry the pool's
-// second row:
-// - A (16 x 16 per k-step) = the weights as a band over TWO output rows: row r = (filter g = r mod 8, output row
-//   dy = r / 8), depth = kernel-row offsets ky' = 0..K (K + 1 rows) x columns kx, A[(g, dy)][(ky', kx)] =
-//   w[g][ky' - dy][kx] (0 outside the kernel). Filters are 8 per group (M = 6 leaves 2 rows of 8 idle, as step
-//   19's columns did).
-// - B (16 x 8) = pixels: column n = output column x0 + n, depth (ky', kx) = image pixel (y0 + ky', x0 + n + kx).
-// - D (16 x 8): lane (g, t) holds rows g and g + 8 (output rows y0 and y0 + 1 of filter g) at columns 2t and
-//   2t + 1: one whole 2x2 pool window, pooled in-lane with three maxima, no shuffle; every lane then computes
-//   one tanh and stores one pooled value (filter g, pooled column x0 / 2 + t).
-// - The depth is walked in VERTICAL pairs (ky' = 2p, 2p + 1; P = ceil((K + 1) / 2) pairs cover K + 1 rows): a B
-//   register is {img[y0 + 2p][c], img[y0 + 2p + 1][c]}, one aligned 32-bit load from a copy of the image whose
-//   entry (r, c) is the pixels (2r, c) and (2r + 1, c) (y0 is even, so only even rows start a pair). Pair slots:
-//   "form A" slots (p, q) hold columns kx = 4q + t for the lane's t (q < K / 4), "form B" slots hold the last
-//   K mod 4 columns with p = t. Every slot is then the lane's base plus a per-slot constant, K = 5 needs 3 + 1
-//   slots of four pairs = 2 k-steps (15 pairs + 1 empty; K = 7: 4 k-steps, 28 pairs + 4 empty).
-// - Loads per m-tile: 2 per k-step (4 for K = 5 from uint8, against step 19's 8), MMAs as in step 19 (whi and
-//   wlo against the pixels' hi; float input adds whi against the pixels' lo). Bank conflicts: form A lanes read
-//   words g + t + const (equal ones broadcast), form B words g + kx + t * pitch with pitch = 8 mod 16.
-// - Block, image pipeline and write-out as step 19 (first_layer.cuh): persistent blocks of 8 warps over images,
-//   the next raw image fetched with cp.async during the current one, pooled values staged per filter plane (plane
-//   = 4 mod 32 floats: the 8 filters x 4 pooled columns of an m-tile hit 32 different banks) and written out
-//   coalesced after the next barrier.
-// - The weights are scaled by a power of two 2^s so the largest lies in [2^14, 2^15) (exact), and split into hi and
-//   lo halves of that one scale: whi * x and wlo * x add in ONE accumulator (from uint8, 4 MMAs per m-tile and no
-//   combine step); 2^-s is folded into the tanh's argument. Float input adds the pixels' lo halves (x.lo scaled by
-//   2^11, mma_f16.cuh) in a second accumulator, combined before the pool.
-// Precision contract: FP32-accurate (held to the float32 tolerance): the products are exact and summed in float32;
-// weights of any finite size (the scale brings them into fp16's range), pixels below fp16's overflow (65504; uint8
-// pixels are exact). A pixel beyond it reaches its outputs as NaN, never as a quietly wrong finite number (for even
-// K the pair rows read one image row past a window, against zero weights, so it reaches one more pooled row).
-// Supports C = 1, K <= 7, Ho and Wo >= 2, M <= 64 (filter groups past the first read their weights from shared
-// memory), an image and its staging within shared memory.
-// Predicted before measuring (H200, sp19 conv1 from uint8, batch 10000): ~28 SASS instructions per m-tile (4
-// loads, 4 MMAs, ~13 of epilogue, the rest bookkeeping) against step 19's 47: 132 m-tiles x 28 + ~600 per image
-// of split and write-out = ~4,300 warp instructions per image, x 10,000 / (132 SMs x 4 schedulers x ~1.9 GHz) =
-// 0.045 ms at full issue, ~0.07 ms at step 19's 68% issue, under the 0.10 ms goal if the MMAs keep up (4 HMMA
-// per m-tile, as in step 19).
-// Measured (`invoke bench`, NVBench, H200; step 19 in the same run each time), sp19 conv1 from uint8 images:
-// - results/bench-nvidia-h200-2026-11-24-step24.json: 0.111 ms against step 19's 0.161 (sp18: 0.184 against 0.270;
-//   from float32 images 0.163 against 0.199). The m-tile loop was 33 SASS instructions (cuobjdump, sm_90; 4 of
-//   them NOPs between the dependent MMAs), not the 28 predicted; Nsight Compute (an earlier form, 35 per m-tile)
-//   found it latency-bound, not pipe-bound: issue slots 65% busy, 10.2 cycles between a warp's instructions, ALU
-//   the busiest pipe at 31.5%, 4 blocks of 8 warps per SM (registers and shared memory: 50% occupancy).
-// - results/bench-nvidia-h200-2026-11-24-step24-pairs.json: 0.105 ms with two m-tiles per iteration (29 per
-//   m-tile: the two MMA chains interleave, the loop's own instructions are shared).
-// - results/bench-nvidia-h200-2026-11-24-step24-vpairs.json: 0.0973 ms (sp18: 0.159) with the two m-tiles
-//   vertically adjacent (25 per m-tile: the lower one takes 2 of its 4 pixel registers from the upper one).
-//   Nsight Compute on this form (one launch, ncu's locked clocks: 125 us): issue slots 59% busy, 11.1 cycles
-//   between a warp's instructions, the tensor pipe now the busiest at 35%, occupancy 50% theoretical / 43%
-//   achieved (56 registers and shared memory, 4 blocks): still latency-bound, with 8 warps per scheduler.
-// With more than one filter group it loses to step 19 (fa17, M = 50: 0.393 ms against 0.264; fa19, M = 12: 1.03
-// against 0.885, -step24.json): each group reloads 4 x 16 bytes of A fragments per lane, where step 19's B
-// fragments are half that. final takes whichever measured faster per shape.
+// Measurements and what was tried: docs/ladder-findings/24.md (docs/ladder.md).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -69,7 +11,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/kernels/first_layer.cuh"
+#include "cuda/runtime/first_layer.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/fast_div.cuh"
 #include "cuda/runtime/mma_f16.cuh"

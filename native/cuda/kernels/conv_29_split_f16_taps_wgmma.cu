@@ -5,92 +5,7 @@
 // tensor cores compute there is padding (s37: C=29 29x29 M=19 K=5; 19 filters' hi and lo rows fill 38 of a
 // wgmma's 64 rows, their hi rows 19 of the other's; Nsight Compute in step 28's header;
 // results/bench-nvidia-h200-2026-11-25-sweep-step28.json: s37 0.72x cuDNN FP32, s17 0.93x).
-//
-// How (step 28's slab, swizzle and persistent blocks; what differs):
-// - Rows are (filter f, tap column kw) pairs, r = f K + kw, R = M K of them. Row r times the slab's 128 positions
-//   from the tile's row kh W gives, in column c, the contribution of tap (kh, kw) to output position c - kw. The
-//   accumulators sum it over kh, band and k16 step; the epilogue adds the K columns kw apart: out(f, q) = sum over
-//   kw of row (f, kw) at column q + kw. So a tile stores 128 - (K - 1) outputs, and one wgmma covers a tap row of
-//   64 / K filters where step 28's covered one tap of 32 filters.
-// - Warpgroup g of the block holds pairs 64 g .. 64 g + 63 in two accumulators, hi (W.hi X.hi) and lo (W.lo X.hi +
-//   W.hi X.lo, both 2^11 up): three wgmmas per kh, band and k16 step, and no product computed to be dropped (step
-//   28 computed W.lo X.lo). The block's one or two warpgroups share one tile and its slab.
-// - Warp-specialised: the warpgroups that multiply only wait for a slab, queue the tile's wgmmas, wait for them,
-//   and write hi + 2^-11 lo (one float per pair and column) to a staging area in shared memory. A producer
-//   warpgroup copies the slabs (double-buffered where two fit, else one buffer) and adds each output's K staged
-//   columns. A slab buffer's mbarrier announces it full as the producers' copies land; named barriers pass it back
-//   empty and the staging area full / empty.
-// - At most 128 pairs a launch (two warpgroups of 128 accumulators per thread beside the producers: 168 registers a
-//   thread): a layer with more runs its filters in groups (plan picks the grouping), each group's wgmmas, staging
-//   and stores over the tile's slab in turn, a launch holding the weights of as many groups as shared memory
-//   takes. Refused: K other than 1, 3, 5, 7, shared memory beyond 227 KB, and any GPU or build without sm_90a
-//   code (wgmma_probe.cuh).
-// - Range: as steps 19-28, a value beyond the FP16 range (|v| > 65504) becomes inf, and the outputs it reaches inf
-//   or NaN, never a quietly wrong number.
-// What each change gave (a probe launching the variant on device buffers, H200, batch 10000, CUDA events, median
-// of 5; s37 / s17 in ms, cuDNN FP32 about 2.2 / 2.3; step 28 3.0 / 2.5):
-// - the block's warpgroups multiplying, copying and storing in turn: 2.60 / 2.16. Stall sampling (s37): the first
-//   wgmma of each k16 step waiting; the loop over k16 steps drained the wgmma queue at its back edge. Unrolled:
-//   2.44 / 2.07.
-// - the slab split from the float32 images in the kernel, no planes: 2.87 / 2.38 (the loads stalled the warps that
-//   issue the wgmmas; reverted).
-// - the lo wgmmas queued before the last tile's sums were staged: 2.44 / 2.01. The compiler waits for all wgmmas
-//   of a warpgroup before it lets the warpgroup read any accumulator, and a warp that issues wgmmas sits in the
-//   issue queue until they drain: the same warps' copies and stores never overlapped the tensor work.
-// - warp-specialised, two producer warps: 2.39 / 2.01 (the multiplying warps waited a fifth of the time for the
-//   producers' stores); a producer warpgroup: 1.99 / 1.66, the tensor pipe 71% busy (Nsight Compute, s37 at batch
-//   2000).
-// Measured (results/bench-nvidia-h200-2026-11-25-sweep-step29.json, `invoke bench --sweep`, H200, batch 10000):
-// the best float32 variant on 24 of the 80 rows (ms; the previous best float32 variant; cuDNN FP32): s37 2.00
-// (step 28 3.04; 2.26: 1.13x, was 0.72x), s17 1.67 (step 28 2.52; 2.34: 1.40x, was 0.93x), s23 12.0 (step 17
-// 39.1; 105), s32 4.66 (step 27 9.44; 19.8). Still behind cuDNN: s08 (C=11 31x31 M=27 K=5: 135 pairs, refused
-// then).
-// Filter groups, `invoke bench --sweep` (H200, batch 10000; ms; the best other float32 variant; cuDNN FP32):
-// - one launch per group (results/bench-nvidia-h200-2026-11-25-sweep-step29-groups.json): the best float32
-//   variant on 44 of the 80 rows (24 before), the geometric mean 2.13x cuDNN FP32 (2.03); slower than another
-//   variant where each launch read the planes again for few filters: s08 (3 groups of 9) 3.16 (step 21 2.00;
-//   1.71), s02 (M=38 K=7, 5 groups of 8) 2.78 (step 27 2.44; 2.55).
-// - the groups of a launch over the same slab in turn (results/bench-nvidia-h200-2026-11-25-sweep-step29-group-
-//   loop.json): the best on 51 rows, the geometric mean 2.19x; s08 2.30 (step 21 1.99; 1.64: still behind, 0.83x),
-//   s02 2.21 (1.15x, was 1.06x), s27 (M=56 K=3) 5.88 (step 20 7.73; 10.4), s28 (M=57 K=5) 32.9 (step 27 48.6;
-//   89.0), s25 (M=51 K=3) 24.8 (step 26 37.5; 60.0).
-// One slab buffer where two do not fit beside the weights and the staging area (results/bench-nvidia-h200-2026-11-28-
-// sweep-step29-one-slab.json, `invoke bench --sweep`, H200, batch 10000; ms; the best other float32 variant; cuDNN
-// FP32): s07 (C=29 87x87 M=5 K=7, refused before) 21.5 (step 26 52.8; 87.7: 4.07x, was 1.41x), s35 (C=24 46x46
-// M=64 K=7) 26.1 (step 26 26.8; 30.3: 1.16x, was 1.13x); the geometric mean over the 80 rows 2.27x (2.19).
-// Tried and dropped: few channels with F kernel rows folded into one row of F C channels (ceil(K / F) k16 steps
-// where K took; a probe on device buffers, H200, batch 10000, median of 5): s06 21.9 -> 19.0 ms, s11 23.2 -> 22.4,
-// but s05 17.3 -> 17.9, s39 3.30 -> 3.54, and nowhere faster than step 20 or 21 where they win (s11: step 20 9.1).
-// On few channels this step is not bound by the tensor work that removed. Nsight Compute on s08 (batch 2000): one
-// block of 8 warps per SM, issue slots 28% busy, no warp eligible in 72% of cycles, DRAM 10%: the warpgroups wait
-// on each other (a group's wgmmas, its staging, its store), not on memory. cuDNN FP32 runs s08 as an FFT
-// (fft2d_r2c_32x32, a complex GEMM, fft2d_c2r_32x32: 0.42 ms at batch 2000 under the profiler's locked clocks,
-// against this step's 0.54 plus 0.05 for the planes), as it does on 12 of the 40 sweep shapes, 8 of the 10 where
-// the ladder is below 1.5x (the sweep's cuDNN FP32 algorithm column).
-// Who waited for whom on s08 (Nsight Compute's warp-state samples per instruction, batch 2000): the producers, half of
-// their samples on each group's output offsets (64-bit divisions by H W and W, per group); the consumers, a quarter of
-// theirs on the staging area, i.e. on those stores. Now the offsets are found once a tile with multiply-high divisions,
-// and each slab is announced by an mbarrier as its copies land instead of by the producers after waiting for them:
-// 537 -> 449 us; the consumers now wait for their own wgmmas, the producers for the consumers. `invoke bench --sweep`
-// (results/bench-nvidia-h200-2026-11-28-sweep-step29-producer.json, H200, batch 10000; ms, before -> after; cuDNN
-// FP32): the geometric mean over the 80 rows 2.27x -> 2.39x; s08 2.35 -> 1.94 (1.66: 0.85x, still the worst row), s05
-// 17.2 -> 13.8 (19.2; now the best float32 variant there), s14 9.15 -> 6.98, s27 5.78 -> 4.65, s33 6.24 -> 4.76; five
-// rows of small images with 18-29 channels 2-5% slower (s37 1.97 -> 2.03, s26 6.32 -> 6.57, s21 2.02 -> 2.11). Apart (a
-// probe on device buffers, batch 10000, median of 5): the mbarriers alone s14 9.47 -> 8.95, s16 1.70 -> 1.60, s08
-// 2.33 -> 2.29, but s37 2.02 -> 2.08. Tried and dropped: two single-warpgroup teams taking alternate tiles where R <=
-// 64, so that one team's wgmmas run while the other stages (the same probe): before the offsets' fix s08 2.35 -> 2.36,
-// and with one slab buffer a team 12-19% slower (s09 22.3 -> 26.2); after it within 3% either way of one team (s08 1.97
-// against 2.00, s11 20.4 against 19.9).
-// Where s08 stands (Nsight Compute, batch 2000, the profiler's locked clocks): the planes' split 54 us, this kernel
-// 431 us with its tensor pipe 53% active and issue slots 29% busy, against cuDNN FP32's FFT in 429 us (a filter flip
-// 3, r2c 74, a complex GEMM 218, c2r 134). Of the tensor work, 135 of 192 rows (3 groups of 9 filters x 5 taps in 64-row
-// warpgroups) and 11 of 16 channels are the layer's; the rest is padding. Step 30 puts the positions in the wgmma's
-// M and the pairs in its N (n = 136 for s08): s08 1.94 -> 1.53 ms (its header).
-// Tried and dropped: the slab split from the float32 images by the producer warpgroup (loads into registers, split,
-// swizzled stores, an mbarrier arrival after a proxy fence), no planes. The producers' loads wait where cp.async
-// did not, and each slab re-reads its (K - 1) W halo rows: against this kernel with planes (the sweep's numbers,
-// results/bench-nvidia-h200-2026-11-29-sweep-pool-act.json; a probe launching the variant on device buffers, H200,
-// batch 10000, CUDA events, median of 5) s08 1.95 -> 2.50 ms, s03 7.78 -> 15.0, s07 21.0 -> 54.1.
+// Measurements and what was tried: docs/ladder-findings/29.md (docs/ladder.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -98,10 +13,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/kernels/igemm_tiles.cuh"
-#include "cuda/kernels/split_planes.cuh"
-#include "cuda/kernels/wgmma_producers.cuh"
-#include "cuda/kernels/wgmma_slab.cuh"
+#include "cuda/runtime/igemm_tiles.cuh"
+#include "cuda/runtime/split_planes.cuh"
+#include "cuda/runtime/wgmma_producers.cuh"
+#include "cuda/runtime/wgmma_slab.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/fast_div.cuh"

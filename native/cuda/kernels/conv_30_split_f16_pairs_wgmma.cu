@@ -4,75 +4,7 @@
 // Why: on the sweep's worst row, s08 (C=11 31x31 M=27 K=5: 135 pairs), step 29 multiplies 3 groups of 9 filters x 5
 // taps in 64-row warpgroups, 192 rows for 135 pairs, and its tensor pipe is 53% active (Nsight Compute in step 29's
 // header): cuDNN FP32's FFT was faster there (results/bench-nvidia-h200-2026-11-29-sweep-pool-flat.json, 0.87x).
-//
-// How (step 29's slab, producers, staging and epilogue; what differs):
-// - A tile's 128 positions are two warpgroups' 64 (the wgmma's M, read from the slab as its A operand), and every
-//   consumer warpgroup multiplies them by all N pairs of a group (its B operand, the weights): N = R rounded up to 8,
-//   at most N_MAX. hi and lo accumulators of N / 2 floats a thread, three wgmmas per kh, band and k16 step as in
-//   step 29. The groups: the count whose wgmmas cost the fewest cycles by the model in plan() (pairs padded to 8, a
-//   narrow wgmma charged for reading its 64-row A from shared memory), among those that fit shared memory.
-// - The staging area keeps step 29's layout (a row of positions per pair), so the producers' epilogue is unchanged;
-//   a thread's accumulators are a pair column each, stored one float at a time, with rows TILE + 4 floats apart so
-//   that a warp's 32 stores (8 positions x 4 pairs) fall in distinct banks.
-// - Few channels: where C <= 8 the planes and slab hold bands of 8 channels, a slab row [x hi | x lo] of 32 bytes,
-//   one k16 step deep: two wgmmas a tap row, against weight rows [w hi | 0] (the hi product) and [w lo | w hi] (both
-//   corrections), where a band of 16 took three half-empty ones. Where C <= 4, rows = min(K, 8 / C) image rows are
-//   stacked in a pixel's 8 channels (split_planes.cuh's split_images_stacked) and a step of two wgmmas covers that
-//   many tap rows, the slab row `rows` image rows on per step: K taps in ceil(K / rows) steps.
-// - Refused: K other than 1, 3, 5, 7, shared memory beyond 227 KB, and any GPU or build without sm_90a code
-//   (wgmma_probe.cuh).
-// - Range: as steps 19-29, a value beyond the FP16 range (|v| > 65504) becomes inf, and the outputs it reaches inf
-//   or NaN, never a quietly wrong number.
-// Measured (results/bench-nvidia-h200-2026-11-29-sweep-step30.json, `invoke bench --sweep`, H200, batch 10000; ms,
-// step 29 -> this step; cuDNN FP32): the best float32 variant on 62 of the 80 rows; against step 29 faster on 72 of
-// the 78 rows both run (geometric mean of the times 0.91x): s08 1.94 -> 1.53 (1.66: 1.09x, was the sweep's worst row
-// at 0.87x), s37 2.03 -> 1.79 (2.19), s16 1.45 -> 1.19, s38 3.37 -> 2.41, s07 20.9 -> 14.2 (two slab buffers fit
-// beside 40 pairs' weights); s00 (C=30 81x81 M=46 K=7, refused by step 29) 68.9 (step 26 88.8 in the last sweep;
-// 459). Slower on 6, by at most 8% (s13, C=26 61x61 M=26 K=7, 18.9 -> 20.4; s17 1.67 -> 1.69), where the padding
-// step 29 multiplies is small (s17: 125 pairs in 128 rows); `final` times both per shape. The sweep's geometric mean
-// over the 80 rows 2.75x -> 2.99x cuDNN FP32, its worst row s20 (C=3 47x47 M=32 K=3, step 21) at 1.03x.
-// Bands of 8 channels (results/bench-nvidia-h200-2026-11-29-sweep-c8-bands.json, ms, against the sweep above):
-// s05 12.4 -> 10.6, s06 18.5 -> 15.4, s09 18.6 -> 15.5, s34 2.87 -> 2.24, s18 0.865 -> 0.731, s20 (C=3 47x47 M=32
-// K=3) 2.66 -> 2.33, there now the best variant (1.15x cuDNN FP32; the sweep's worst row now s08, 1.12x). Image rows
-// stacked where C <= 4 (-sweep-c8-stacked.json, against -c8-bands): s11 (C=4 94x94 M=32 K=5) 14.1 -> 13.0, s36
-// (C=2, K=5) 1.93 -> 1.72, s20 2.33 -> 2.30, s15 (C=3 69x69 K=3) 3.82 -> 3.82; step 20 stays faster on s11 (9.19),
-// s15 (3.52), s36 and s39 (C=6). The sweep's geometric mean 2.99x -> 3.00x (2.998), its worst row s08 at 1.08x: in
-// the same runs cuDNN FP32's FFT got faster on s07 (140 -> 81 ms) and s23 (93 -> 82). With split_images_stacked
-// built per C (-sweep-tiling.json): 3.03x, worst row s08 at 1.10x, though this step's times were 0.8% slower in
-// geometric mean than in -c8-stacked (as were the variants that did not change) and cuDNN FP32's 2.1% slower, its
-// FFT on s07 80.7 -> 127 ms and s23 85 -> 109: the figure moves with cuDNN's choice of algorithm between runs.
-// The course's layers (results/bench-nvidia-h200-2026-11-29-course-wgmma.json, NVBench, batch 10000; ms, the fastest
-// float32 variant before -> this step): fa18 conv2 (C=12 33x33 M=24 K=7) 3.41 (step 21) -> 2.50, fa19 conv2 (K=5)
-// 2.32 -> 1.63 (step 29 1.59); slower on sp18 and sp19 conv2 (C=6: 0.880 against step 21's 0.566, 0.485 against
-// 0.294) and on the C=1 first layers, where a fused conv + tanh + pool step is 3-11x faster.
-// Nsight Compute on those rows (batch 2000, locked clocks): s11, this kernel 1.45 ms for each 904-image chunk of
-// planes (2 groups of 16 filters, N = 80, 3 steps) beside 156 us of split, step 20 2.42 ms for all 2000 images;
-// s06, 1.89 ms a chunk; warps stalled at the named barriers 3.5x (s06) to 9x (s20) as long as on memory, issue
-// slots 42-48% busy, the shared-memory pipe (L1/TEX) 54-66%: the tensor work is not what limits these rows.
-// Nsight Compute (batch 2000, the profiler's locked clocks): s08, this kernel 332 us (step 29 431) beside the planes'
-// split 55 (cuDNN FP32's FFT 429 in all), issue slots 38% busy, one block of 12 warps per SM; s13, two launches of
-// 637 us (one slab buffer) against step 29's three of 383, issue slots 25% against 27% busy.
-// Tried and dropped (each a full `invoke bench --sweep` or a probe on the H200, batch 10000):
-// - ping-pong consumers: the warpgroups issuing their wgmmas in turn (named barriers), each staging while the other's
-//   run, the producers in halves that wait only for the warpgroups whose positions they read: s08 1.53 -> 1.50 ms
-//   (Nsight Compute 332 -> 326 us), s21 -6%, but s07 14.2 -> 17.3, s18 +10%, s16 +7%, s04 +5% (a probe, median of
-//   5, 16 rows): staging is not what the tensor cores wait for.
-// - one slab buffer charged a quarter more in the grouping's model, so that s13 took 3 groups of N = 64 with two
-//   buffers: 21.0 ms against 20.4-20.6 (a probe, median of 5).
-// - tanh + max-pool 2/2 fused into this kernel (a step 31): blocks took runs of tiles covering whole pooled rows of
-//   an image, the producers stored each output into a ring per block in L2 and pooled each window once its tiles
-//   were stored. Right (27 edge tests), but slower than this step followed by the shared pool pass on 11 of 12
-//   pooled rows (a probe, median of 5): s30 (C=24 96x96 M=53 K=3) 47.7 ms pooling a row pair at a time, 54.3
-//   spread over the tiles, against 31.6; s05 30.9 against 14.6; s20 6.5 against 3.0; only s35 faster (24.5 against
-//   25.3). The pooling adds to the producer warpgroup's work, and the producers already set this step's pace.
-// - two staging areas where shared memory had room (the consumers staging a group while the producers stored the
-//   one before): over the 40 shapes without pooling 1.9% slower in geometric mean than this step in the sweep before
-//   (-c8-stacked.json; a probe, median of 5 CUDA-event timings, not the sweep's method; 0.95x to 1.11x a row): no
-//   gain to keep, so the hand-off's wait is not the staging's.
-// - hi and lo from one wgmma of 2N columns (the weights' hi and lo tiles are consecutive rows) where N <= 128, the
-//   slab's 64 rows read twice per kh, band and k16 step instead of three times: over the sweep's 80 rows the times
-//   0.5% slower in geometric mean (0.97x to 1.05x a row), the sweep's geometric mean 2.98x: reading A is not what
-//   limits it.
+// Measurements and what was tried: docs/ladder-findings/30.md (docs/ladder.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -81,9 +13,9 @@
 #include <string>
 #include <utility>
 
-#include "cuda/kernels/split_planes.cuh"
-#include "cuda/kernels/wgmma_producers.cuh"
-#include "cuda/kernels/wgmma_slab.cuh"
+#include "cuda/runtime/split_planes.cuh"
+#include "cuda/runtime/wgmma_producers.cuh"
+#include "cuda/runtime/wgmma_slab.cuh"
 #include "cuda/runtime/cp_async.cuh"
 #include "cuda/runtime/cuda_check.cuh"
 #include "cuda/runtime/fast_div.cuh"

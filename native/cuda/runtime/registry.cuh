@@ -1,5 +1,6 @@
 // The GPU convolution variants (the optimisation ladder) describe and register themselves: each file
-// native/cuda/kernels/conv_NN_<technique>.cu ends with PYCONV_REGISTER_GPU_CONV(GpuConvVariant{...}). Python asks the
+// native/cuda/kernels/conv_NN_<technique>.cu (a live step) or native/cuda/ladder/conv_NN_<technique>.cu (the
+// ladder's history, built with PYCONV_LADDER) ends with PYCONV_REGISTER_GPU_CONV(GpuConvVariant{...}). Python asks the
 // registry, through pyconv._gpu.variants(), for names, steps, roles and tolerances; nothing else holds a list.
 //
 // Every launcher has the same contract: x[B][C][H][W] and k[M][C][K][K] are float32 on the device (or, when
@@ -48,7 +49,7 @@ struct GpuRoles {
 // Written with designated initializers in this order (fields left out keep the defaults below).
 struct GpuConvVariant {
   const char* name = nullptr;     // e.g. "gpu-baseline"; CLI --impl and bench rows use it
-  int step = -1;                  // position on the ladder: the NN of the file name kernels/conv_NN_<technique>.cu
+  int step = -1;                  // position on the ladder: the NN of its file's name, conv_NN_<technique>.cu
   const char* summary = nullptr;  // one line: what this step changes
   Epilogue epilogue = Epilogue::None;
   Precision precision = Precision::Fp32;
