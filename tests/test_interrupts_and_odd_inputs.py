@@ -305,7 +305,7 @@ def test_an_interrupted_handout_leaves_nothing_and_the_rerun_works(tmp_path):
 
 
 # ------------------------------------------------------------------------------- 6: damaged or odd inputs
-BENCH = ROOT / "results" / "bench-nvidia-h200-2026-11-24-steps21-22.json"
+BENCH = ROOT / "results" / "bench-nvidia-h200-2026-11-24-split-f16.json"  # a layer bench kept in results/
 
 
 def _first_ms(d):
