@@ -125,8 +125,11 @@ def import_mxnet(c, symbol=None, params=None, name=None, input_size="48", force=
     print(f"wrote {path}")
 
 
-@task(help={"m": "milestone: 1, 2, 3, 4 or final", "batch": "number of test images, 1..10000 (default 10000)",
-            "model": "model name (default ece408; `invoke models` lists them)",
+@task(help={"m": "milestone: 1, 2, 3, 4 or final (with --edition: as that edition numbered them)",
+            "batch": "number of test images, 1..10000 (default: the edition's, 10000)",
+            "model": "model name (default: the edition's, ece408; `invoke models` lists them)",
+            "edition": "the course's semester, e.g. 2021fa (default 2019sp): its milestone numbering, network and "
+                       "batch (pyconv/core/editions.py)",
             "impl": "convolution variant on every conv layer (m2: a CPU variant or numpy; m3/4/final: a GPU variant); "
                     "a layer it cannot take is an error",
             "fallback": "with --impl: a layer the variant cannot take runs milestone 4's (else 3's) default instead",
@@ -136,15 +139,15 @@ def import_mxnet(c, symbol=None, params=None, name=None, input_size="48", force=
                        "(name them with --impl cpu-student / gpu-student)",
             "record": "write one JSON record of the run (per layer: variant, Op Time, check; Correctness) to FILE"})
 @user_errors
-def milestone(c, m=None, batch="10000", model="ece408", impl=None, fallback=False, posix=False, device="both",
-              gpus="1", student=None, record=None):
+def milestone(c, m=None, batch=None, model=None, impl=None, fallback=False, posix=False, device="both",
+              gpus="1", student=None, record=None, edition=None):
     """Run a course milestone: prints Op Time per conv layer and Correctness, logs a /usr/bin/time block."""
     from pyconv.tools import milestones
 
     if m is None:
         raise Exit("error: --m is required (1, 2, 3, 4 or final)", code=1)
     code = milestones.run(m, batch=batch, model=model, impl=impl, posix=posix, device=device, gpus=gpus,
-                          fallback=fallback, student=student, record=record)
+                          fallback=fallback, student=student, record=record, edition=edition)
     if code:
         raise Exit(code=code)
 
@@ -176,15 +179,17 @@ def evidence(c, results=None):
 @task(help={"m": "milestone to profile: 1, 3, 4 or final (2 runs on the CPU: nothing to trace)",
             "batch": "number of test images, 1..10000 (default 10000)",
             "model": "model name (default ece408; `invoke models` lists them)",
-            "impl": "m3/4/final: the GPU convolution variant (default: the milestone's own)"})
+            "impl": "m3/4/final: the GPU convolution variant (default: the milestone's own)",
+            "edition": "the course's semester, e.g. 2021fa (default 2019sp): its milestone numbering, network and "
+                       "batch (pyconv/core/editions.py)",})
 @user_errors
-def profile(c, m=None, batch="10000", model="ece408", impl=None):
+def profile(c, m=None, batch=None, model=None, impl=None, edition=None):
     """nvprof's summary of a milestone (kernels, memcpy/memset, CUDA API calls; `*` = over 90%), via CUPTI."""
     from pyconv.tools import profile as prof
 
     if m is None:
         raise Exit("error: --m is required (1, 3, 4 or final)", code=1)
-    code = prof.run_profile(m, batch=batch, model=model, impl=impl)
+    code = prof.run_profile(m, batch=batch, model=model, impl=impl, edition=edition)
     if code:
         raise Exit(code=code)
 
@@ -296,13 +301,17 @@ def sanitize(c, tools=None, variants=None, milestone="3", model=None, batch="64"
             "compiled": "--end-to-end: models also timed against torch.compile max-autotune (FP32, TF32, fp16 "
                         "channels_last; minutes of compilation each): names, 'all' or 'none' (default ece408)",
             "sweep": "our best correct variant against cuDNN FP32, TF32 and FP16 on 40 drawn layer shapes, without and "
-                     "with tanh + max-pool 2/2 (warm-up 2, 5 reps unless given; --batch reduces the batch)"})
+                     "with tanh + max-pool 2/2 (warm-up 2, 5 reps unless given; --batch reduces the batch)",
+            "edition": "the course's semester (e.g. 2021fa): its network is the default --model"})
 @user_errors
 def bench(c, model=None, batch=None, reps=None, warmup=None, cpu=False, gpu=False, end_to_end=False, out=None,
-          variants=None, gpus="1", compiled=None, sweep=False):
+          variants=None, gpus="1", compiled=None, sweep=False, edition=None):
     """Every variant on every conv layer: op time, GFLOP/s, GB/s, % of roofline, x cuDNN; JSON under results/."""
     from pyconv.bench import run as b
+    from pyconv.core import editions
 
+    if edition is not None and model is None:
+        model = editions.get(edition).model
     b.run(model=model, batch=batch, reps=reps, warmup=warmup, cpu=cpu, gpu=gpu, end_to_end=end_to_end, out=out,
           variants=variants, gpus=gpus, compiled=compiled, sweep=sweep)
 
@@ -342,17 +351,19 @@ def report(c, json=None, out=None, readme=False):
             "cuda_arch": "passed to each team's build (e.g. 90)",
             "project": "testing the grader: a Python script standing in for the project's command line",
             "keep": "keep each job's scratch folder (its build and logs) for inspection",
-            "jobs_cpus": "CPUs each job asks Ray for (default 1)"})
+            "jobs_cpus": "CPUs each job asks Ray for (default 1)",
+            "edition": "the class's semester, e.g. 2021fa (default 2019sp): --m in its numbering, its network, "
+                       "its layer shapes only, its performance grade"})
 @user_errors
-def grade(c, submissions=None, m="2", runs="3", batches=None, model="ece408", sanitize=False, cluster=None,
+def grade(c, submissions=None, m="2", runs="3", batches=None, model=None, sanitize=False, cluster=None,
           grades=None, timeout_build="900", timeout_run="900", memory_mb="8192", cuda_arch="", project=None,
-          keep=False, jobs_cpus="1"):
+          keep=False, jobs_cpus="1", edition=None):
     """Grade every team of a submissions folder at one milestone (on Ray): a JSON record each in results/grades/."""
     from pyconv.tools import grade as g
 
     code = g.grade(submissions, m=m, runs=runs, batches=batches, model=model, sanitize=sanitize, cluster=cluster,
                    grades=grades, timeout_build=timeout_build, timeout_run=timeout_run, memory_mb=memory_mb,
-                   cuda_arch=cuda_arch, project=project, keep=keep, jobs_cpus=jobs_cpus)
+                   cuda_arch=cuda_arch, project=project, keep=keep, jobs_cpus=jobs_cpus, edition=edition)
     if code:
         raise Exit(code=code)
 
@@ -370,15 +381,16 @@ def leaderboard(c, grades=None, m=None, out=None):
     print("wrote " + ", ".join(str(p) for p in written))
 
 
-@task(help={"dest": "new folder for the student edition (must not exist or be empty)"})
+@task(help={"dest": "new folder for the student edition (must not exist or be empty)",
+            "edition": "the semester handed out, e.g. 2021fa (default 2019sp): its network, files and milestones"})
 @user_errors
-def handout(c, dest=None):
+def handout(c, dest=None, edition=None):
     """Write the student edition of this tree: skeletons in the student slots, no variant files, no grader."""
     from pyconv.tools import handout as h
 
     if dest is None:
         raise Exit("error: --dest DIR is required (a new folder for the student edition)", code=1)
-    h.write_handout(dest)
+    h.write_handout(dest, edition=edition)
 
 
 # --- end of teachers' tasks ---

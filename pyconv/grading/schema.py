@@ -1,14 +1,15 @@
 """The grade record: one JSON file per team and milestone, results/grades/<team>-m<milestone>.json.
 
-Version 1, every key always present (null where a stage was not reached):
+Version 2, every key always present (null where a stage was not reached):
     schema       "pyconv-grade"
-    version      1
+    version      2 (version 1, without edition and performance, still loads: edition null, performance null)
     team         the team's folder name
     members      names from the team's members.txt (one a line), [] without one
     milestone    "2" | "3" | "4" | "final"
     verdict      "ok" | "wrong" | "build-failed" | "crashed" | "timeout" | "out-of-memory"
     stage        where the verdict was decided: "build" | "check" (the test shapes) | "run" | "sanitize" | null (ok)
     evidence     the first lines that explain the verdict (at most 12), [] when ok
+    edition      the class's semester (pyconv.core.editions): whose layer shapes were tested, whose targets hold
     model        the model the milestone ran
     files        {file name: sha256} of what the team handed in (what was graded)
     batches      the Correctness batches, the last one timed (the course: 100, 1000, 10000)
@@ -17,6 +18,8 @@ Version 1, every key always present (null where a stage was not reached):
     op_times     seconds per conv layer of the fastest timed run, in layer order
     variants     the variant each layer ran (the student's own, as the milestone printed it)
     sum          the sum of op_times: the leaderboard's score
+    performance  the edition's performance grade for sum (0..1, linear between its baseline and target), null
+                 where the edition set none or the timed batch is not the edition's
     run_sums     the sum of every timed run, in order (the spread behind "fastest of N")
     sanitizer    "memcheck: no errors" when --sanitize ran clean, else null
     device       the GPU (milestones 3, 4, final) or CPU (milestone 2) that ran the job
@@ -38,7 +41,7 @@ from ..core.errors import PyconvError
 from ..core.fileio import write_text_atomic
 
 SCHEMA = "pyconv-grade"
-VERSION = 1
+VERSION = 2
 VERDICTS = ("ok", "wrong", "build-failed", "crashed", "timeout", "out-of-memory")
 STAGES = ("build", "check", "run", "sanitize", None)
 MILESTONES = ("2", "3", "4", "final")
@@ -46,20 +49,20 @@ MAX_EVIDENCE = 12
 MAX_EVIDENCE_CHARS = 400  # per line: a compiler's template error can be pages long
 TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # The fields that are measurements or the moment of the run: everything else is reproducible.
-MEASURED = ("date", "op_times", "sum", "run_sums")
+MEASURED = ("date", "op_times", "sum", "performance", "run_sums")
 
-KEYS = ("schema", "version", "team", "members", "milestone", "verdict", "stage", "evidence", "model", "files",
-        "batches", "correctness", "runs", "op_times", "variants", "sum", "run_sums", "sanitizer", "device", "host",
-        "date", "commit")
+KEYS = ("schema", "version", "team", "members", "milestone", "verdict", "stage", "evidence", "edition", "model",
+        "files", "batches", "correctness", "runs", "op_times", "variants", "sum", "performance", "run_sums",
+        "sanitizer", "device", "host", "date", "commit")
 
 
 def new_record(*, team, members, milestone, model, files, batches, runs, sanitize, device, host, date,
-               commit) -> dict:
+               commit, edition=None) -> dict:
     del sanitize  # the key `sanitizer` is filled by the sanitizer step itself
     return {"schema": SCHEMA, "version": VERSION, "team": team, "members": list(members), "milestone": milestone,
-            "verdict": None, "stage": None, "evidence": [], "model": model, "files": dict(files),
+            "verdict": None, "stage": None, "evidence": [], "edition": edition, "model": model, "files": dict(files),
             "batches": list(batches), "correctness": {}, "runs": runs, "op_times": None, "variants": None,
-            "sum": None, "run_sums": [], "sanitizer": None, "device": device, "host": host, "date": date,
+            "sum": None, "performance": None, "run_sums": [], "sanitizer": None, "device": device, "host": host, "date": date,
             "commit": commit}
 
 
@@ -69,7 +72,7 @@ def finish(rec: dict, verdict: str, stage: str | None, evidence: list[str]) -> d
     lines = [ln.rstrip() for ln in evidence if ln.strip()][:MAX_EVIDENCE]
     rec["evidence"] = [ln if len(ln) <= MAX_EVIDENCE_CHARS else ln[:MAX_EVIDENCE_CHARS] + " [...]" for ln in lines]
     if verdict != "ok":
-        rec["op_times"] = rec["variants"] = rec["sum"] = None
+        rec["op_times"] = rec["variants"] = rec["sum"] = rec["performance"] = None
     problems = validate(rec)
     if problems:
         raise AssertionError(f"grade record of {rec.get('team')} breaks its schema: {'; '.join(problems)}")
@@ -115,6 +118,9 @@ def validate(rec: dict) -> list[str]:
             p.append("an ok record needs a Correctness for every batch")
     elif rec["sum"] is not None:
         p.append(f"a {rec['verdict']} record has no sum")
+    perf = rec["performance"]
+    if perf is not None and not (isinstance(perf, (int, float)) and 0 <= perf <= 1 and rec["sum"] is not None):
+        p.append(f"performance {perf!r} is not a grade 0..1 of a scored record")
     for b, c in rec["correctness"].items():
         if not (isinstance(c, (int, float)) and 0 <= c <= 1):
             p.append(f"correctness at {b} is {c!r}, not a fraction")
@@ -142,6 +148,8 @@ def load_records(grades: Path) -> list[dict]:
             rec = json.loads(path.read_text())
         except ValueError as e:
             raise PyconvError(f"{path} is not JSON: {e}") from None
+        if isinstance(rec, dict) and rec.get("version") == 1 and rec.get("schema") == SCHEMA:
+            rec = {**rec, "version": VERSION, "edition": None, "performance": None}  # before editions
         problems = validate(rec)
         if problems:
             raise PyconvError(f"{path} is not a grade record: {problems[0]}")

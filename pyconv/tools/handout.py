@@ -7,6 +7,8 @@ the assignment's answers and the teachers' tools:
   milestones take them by default (the rule: the first Default variant present, else the student's);
 - the finished student files kept as test fixtures, and the grader's fixture teams;
 - the grader (pyconv/grading/, this module, grade and leaderboard) with its tests, and its block of tasks.py.
+With an edition (`--edition 2021fa`), the handout's default edition is that one (pyconv/core/editions.py's
+DEFAULT_EDITION is rewritten), so the student's `invoke milestone --m 1` is that semester's milestone 1 on its network.
 It is written as a new git repository with one commit, so that students can diff their work against it.
 The slots must hold the course's skeletons: a tree whose committed slot holds a solution is refused.
 Its own tests pass as handed out: they take variant names from the registry (tests/built_variants.py), so tests of
@@ -21,7 +23,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from ..core import paths
+from ..core import editions, paths
 from ..core.errors import PyconvError
 from ..variants import SKELETON_MARKS, holds_skeleton
 
@@ -69,9 +71,23 @@ def _git(root: Path, *args: str, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=300, **kw)
 
 
-def write_handout(dest, root: Path = paths.ROOT, say=print) -> Path:
+EDITIONS_FILE = "pyconv/core/editions.py"
+
+
+def set_default_edition(text: str, name: str) -> str:
+    """editions.py's text with DEFAULT_EDITION set to `name` (the one line that assigns it)."""
+    lines = text.splitlines(keepends=True)
+    hits = [i for i, ln in enumerate(lines) if ln.startswith("DEFAULT_EDITION = ")]
+    if len(hits) != 1:
+        raise PyconvError(f"{EDITIONS_FILE}: expected one line 'DEFAULT_EDITION = ...', found {len(hits)}")
+    lines[hits[0]] = f'DEFAULT_EDITION = "{name}"  # this handout\'s semester\n'
+    return "".join(lines)
+
+
+def write_handout(dest, root: Path = paths.ROOT, say=print, edition: str | None = None) -> Path:
     if dest is None:
         raise PyconvError("give the folder to write the handout into: invoke handout --dest DIR")
+    ed = editions.get(edition)  # an unknown edition: one line, before anything is written
     dest = Path(dest).resolve()
     if dest.exists() and any(dest.iterdir()):
         raise PyconvError(f"{dest} exists and is not empty: the handout goes into a new folder")
@@ -105,6 +121,9 @@ def write_handout(dest, root: Path = paths.ROOT, say=print) -> Path:
             kept += m.isfile()
     tasks = dest / "tasks.py"
     tasks.write_text(strip_teacher_tasks(tasks.read_text()))
+    if edition is not None:
+        table = dest / EDITIONS_FILE
+        table.write_text(set_default_edition(table.read_text(), ed.name))
     commit = head.stdout.strip()
     env = {**os.environ, "GIT_AUTHOR_NAME": "pyconv handout", "GIT_AUTHOR_EMAIL": "handout@pyconv",
            "GIT_COMMITTER_NAME": "pyconv handout", "GIT_COMMITTER_EMAIL": "handout@pyconv"}
@@ -113,6 +132,7 @@ def write_handout(dest, root: Path = paths.ROOT, say=print) -> Path:
         r = subprocess.run(["git", "-C", str(dest), *args], capture_output=True, text=True, env=env, timeout=300)
         if r.returncode:
             raise PyconvError(f"git {args[0]} in {dest} failed: {r.stderr.strip()}")
-    say(f"wrote the student edition of {commit} to {dest}: {kept} files, {dropped} left out "
+    say(f"wrote the student edition of {commit} ({ed.semester}, {ed.name}: model {ed.model}, milestones "
+        f"{', '.join(m.label for m in ed.milestones)}) to {dest}: {kept} files, {dropped} left out "
         "(variant files, finished student files, the grader)")
     return dest

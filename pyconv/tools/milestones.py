@@ -10,7 +10,11 @@ prints what the course printed:
     Correctness: <acc> Model: <name>
 Milestone 1 runs the network in PyTorch (engines/framework.py); 2, 3, 4 and final run the Plan that pyconv.plan
 makes for them (the variant per conv layer, from the variants' roles and, for final, this GPU's evidence) on the
-CPU engine (2) or the GPU engine (3, 4, final)."""
+CPU engine (2) or the GPU engine (3, 4, final).
+
+With `--edition E` (pyconv.core.editions) the milestone is read in that edition's numbering and runs its network;
+a Mini-DNN edition (2020fa on) prints what its m1..m3 programs printed (print_minidnn) instead of the lines above.
+The MXNet editions (2017fa-2019fa, the default 2019sp among them) print exactly the lines above."""
 
 from __future__ import annotations
 
@@ -24,9 +28,10 @@ from pathlib import Path
 import numpy as np
 
 from .. import evidence, measure, native, variants
-from ..core import data, paths
+from ..core import data, editions, paths
 from ..core.checks import MAX_BATCH, check_batch
 from ..core.data import accuracy
+from ..core.editions import Edition
 from ..core.errors import PyconvError, one_line
 from ..core.model import DEFAULT_MODEL, Model, load_model
 from ..plan import Plan, conv_sites, plan
@@ -59,6 +64,36 @@ def print_result(op_times: list[float], accuracy: float | None, model_name: str,
         print(line)
     if accuracy is not None:
         print(f"Correctness: {accuracy:.4g} Model: {model_name}", flush=True)
+
+
+def print_minidnn(edition: Edition, device: str, op_times: list[float], layer_times: list[float] | None,
+                  accuracy: float, check_lines: list[str]) -> None:
+    """What the course's Mini-DNN programs printed after `Loading model...Done`: per conv layer `Conv-CPU==` or
+    `Conv-GPU==` with its `Op Time: X ms` (C++'s default float formatting, six significant digits), on the GPU
+    its `Layer Time` (prolog + kernel + epilog) first; a blank line; `Test Accuracy: X`. Fall 2020 printed its
+    GPU times in a block after the accuracy instead. The project's layer check goes before the blank line.
+    layer_times None: this engine does not time the layer apart from the op; said in the Layer Time line."""
+    gpu = device == "gpu"
+    def layer(i: int) -> str:
+        return f"{layer_times[i] * 1e3:.6g} ms" if layer_times else "n/a (this engine times the convolution alone)"
+
+    timings_after = gpu and edition.interface == "2020fa"
+    for i, t in enumerate(op_times):
+        print("Conv-GPU==" if gpu else "Conv-CPU==")
+        if gpu and not timings_after:
+            print(f"Layer Time: {layer(i)}")
+        if not timings_after:
+            print(f"Op Time: {t * 1e3:.6g} ms")
+    for line in check_lines:
+        print(line)
+    print()
+    print(f"Test Accuracy: {accuracy:.6g}", flush=True)
+    if timings_after:
+        print("--------------------------------\n-           TIMINGS\n--------------------------------")
+        for i, t in enumerate(op_times):
+            print(f"Layer {i + 1} OpTime: {t * 1e3:.6g} ms")
+            print(f"Layer {i + 1} LayerTime: {layer(i)}")
+    print(flush=True)
 
 
 def load_inputs(model: Model, batch: int) -> tuple[np.ndarray, np.ndarray]:
@@ -95,10 +130,13 @@ def explain(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = N
 
 
 def run_planned(m: str, model: Model, x: np.ndarray, labels: np.ndarray, impl: str | None = None, gpus: str = "1",
-                fallback: bool = False, record: layercheck.MilestoneRecord | None = None) -> bool:
+                fallback: bool = False, record: layercheck.MilestoneRecord | None = None,
+                edition: Edition | None = None) -> bool:
     """Milestone 2, 3, 4 or final in this process: prints 'New Inference', one Op Time per conv layer (with the
-    layer and its variant), the layer check (outside the timed region) and Correctness. Returns whether every
-    conv layer matched the reference on the sample; fills `record` as it goes."""
+    layer and its variant), the layer check (outside the timed region) and Correctness (a Mini-DNN `edition`:
+    print_minidnn's lines instead). Returns whether every conv layer matched the reference on the sample; fills
+    `record` as it goes."""
+    minidnn = edition is not None and edition.minidnn
     if m == "2":
         from ..engines import cpu
 
@@ -107,7 +145,8 @@ def run_planned(m: str, model: Model, x: np.ndarray, labels: np.ndarray, impl: s
             record.layers = [layercheck.LayerRecord(c.site.index, c.site.layer, c.variant) for c in p.layers]
         rtols = {v.name: v.rtol for v in variants.cpu_variants()}
         idx = layercheck.sample_indices(len(x))
-        print("New Inference", flush=True)
+        if not minidnn:
+            print("New Inference", flush=True)
         res = cpu.run_plan(p, model, x, capture=idx)
         checks = [layercheck.compare(y, xin, layer.weight, idx, rtols.get(c.variant, variants.DEFAULT_RTOL))
                   for c, (xin, y), layer in zip(p.layers, res.captured, model.convs)]
@@ -121,7 +160,8 @@ def run_planned(m: str, model: Model, x: np.ndarray, labels: np.ndarray, impl: s
         if record is not None:
             record.layers = [layercheck.LayerRecord(c.site.index, c.site.layer, c.variant) for c in p.layers]
         engine = gpu.engine_for(p, model, n_gpus)
-        print("New Inference", flush=True)
+        if not minidnn:
+            print("New Inference", flush=True)
         res = gpu.run_plan(p, engine, x)
         gv = variants.gpu_variants()
         checks = layercheck.check_gpu_layers(model, x, p.layers, {v.name: v.rtol for v in gv},
@@ -133,7 +173,11 @@ def run_planned(m: str, model: Model, x: np.ndarray, labels: np.ndarray, impl: s
     n = len(layercheck.sample_indices(len(x)))
     lines = ([f"error: {layercheck.failure_line(r)}" for r in bad] if bad else
              [f"Layer check: {len(layers)} conv layer(s) match the reference on {n} images (first and last)"])
-    print_result(res.op_times, acc, model.name, [f"{c.site.layer} {c.variant}" for c in p.layers], lines)
+    if minidnn:
+        # Layer Time (prolog + kernel + epilog) is the student slot's own timing; the engines time the op alone
+        print_minidnn(edition, p.device, res.op_times, getattr(res, "layer_times", None), acc, lines)
+    else:
+        print_result(res.op_times, acc, model.name, [f"{c.site.layer} {c.variant}" for c in p.layers], lines)
     if record is not None:
         record.layers, record.correctness = layers, float(acc)
         record.exit_reason = "layer check failed" if bad else "ok"
@@ -150,17 +194,22 @@ def _child(argv: list[str]) -> int:
     p.add_argument("--gpus", default="1")
     p.add_argument("--fallback", action="store_true")
     p.add_argument("--record", default=None)
+    p.add_argument("--edition", default=None)
     a = p.parse_args(argv)
     rec = None
     trace = profile_hook.child_start()  # only with PYCONV_PROFILE set (`invoke profile`): CUPTI-trace this process
     try:
         m, batch = check_milestone(a.m), check_batch(a.batch)
-        print("Loading fashion-mnist data...", end=" ", flush=True)
+        ed = editions.get(a.edition) if a.edition else None
+        minidnn = ed is not None and ed.minidnn
+        if minidnn:  # the course's m1.cc .. m3.cc
+            print(f"Test batch size: {batch}")
+        print("Loading fashion-mnist data..." + ("" if minidnn else " "), end="", flush=True)
         model = load_model(a.model)
         x, labels = load_inputs(model, batch)
-        print("done", flush=True)
-        print("Loading model...", end=" ", flush=True)
-        print("done", flush=True)
+        print("Done" if minidnn else "done", flush=True)
+        print("Loading model..." + ("" if minidnn else " "), end="", flush=True)
+        print("Done" if minidnn else "done", flush=True)
         if m == "1":
             from ..engines.framework import run_m1
 
@@ -169,7 +218,8 @@ def _child(argv: list[str]) -> int:
             if a.record:
                 rec = layercheck.MilestoneRecord(m, model.name, model.digest(), batch, _device_name(m),
                                                  commit=tags.git_commit(), date=tags.utc_now())
-            if not run_planned(m, model, x, labels, impl=a.impl, gpus=a.gpus, fallback=a.fallback, record=rec):
+            if not run_planned(m, model, x, labels, impl=a.impl, gpus=a.gpus, fallback=a.fallback, record=rec,
+                               edition=ed):
                 return 1
     except (PyconvError, RuntimeError) as e:  # RuntimeError: a native module's own error, one line too
         print(f"error: {one_line(e)}", flush=True)
@@ -215,12 +265,16 @@ def provenance(m: str, model: Model, p: Plan | None, argv: Sequence[str] | None 
     return [f"# {line}" for line in lines]
 
 
-def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None, posix: bool = False,
+def run(m, batch=None, model: str | None = None, impl: str | None = None, posix: bool = False,
         device: str = "both", gpus: str = "1", env: dict | None = None, fallback: bool = False,
-        student: str | None = None, record: str | None = None) -> int:
+        student: str | None = None, record: str | None = None, edition: str | None = None) -> int:
     """Validate, then run the milestone in a child under the /usr/bin/time-style logger. Returns the exit code.
     student: run the modules `invoke build --student DIR` built (PYCONV_NATIVE_DIR for the child). record: the
-    child writes one JSON record of the run there (pyconv.tools.layercheck.MilestoneRecord)."""
+    child writes one JSON record of the run there (pyconv.tools.layercheck.MilestoneRecord). edition: read m in
+    that edition's numbering (pyconv.core.editions; None: the default edition, whose numbering is the project's);
+    model and batch default to the edition's."""
+    chosen = editions.resolve(edition, m, device, model, batch)
+    m, model, batch = chosen.milestone, chosen.model, chosen.batch
     m = check_milestone(m)
     batch = check_batch(batch)
     sdir = None
@@ -262,6 +316,8 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
         argv.append("--fallback")
     if record:
         argv += ["--record", record]
+    if edition is not None:
+        argv += ["--edition", chosen.edition.name]
     planned = None
     if m == "final" and impl is None:
         # Layer shapes this GPU has no evidence for are measured here, before the timed run (a damaged evidence
@@ -272,7 +328,8 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
                                       student_dir=sdir))
     except PyconvError as e:
         header = f"# provenance incomplete: {one_line(e)}"
-    tag = f"m{m}-{Path(model).stem}-b{batch}" + (f"-{impl}" if impl else "")
+    tag = (f"{chosen.edition.name}-m{chosen.label}-" if edition is not None else f"m{m}-") + \
+        f"{Path(model).stem}-b{batch}" + (f"-{impl}" if impl else "")
     timelog.check_log_folder(tag)
     if m != "2":
         # CUDA loads kernels lazily by default: the first launch of each would load its module inside the
