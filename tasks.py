@@ -210,7 +210,7 @@ def models(c):
         print(f"{name:16s} {m.arch:6s} {m.summary()}")
 
 
-@task(help={"arch": "architecture: fa17, sp18, fa18, sp19 or fa19 (pyconv/core/archs.py)",
+@task(help={"arch": "architecture: fa17, sp18, fa18, sp19, fa19 or fa20 (pyconv/core/archs.py)",
             "name": "name of the new model (written to datasets/models/NAME.h5)",
             "epochs": "passes over the 60000 training images, >= 1 (default 2)",
             "seed": "seed of the initialisation and the shuffling: same seed, same weights on one machine "
