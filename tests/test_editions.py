@@ -263,3 +263,52 @@ def test_the_fixture_teams_graded_by_edition(tmp_path, monkeypatch):
     assert recs["correct-seven-loops"]["verdict"] == "ok" and recs["wrong-last-row"]["verdict"] == "wrong"
     assert all(r["edition"] == "2019fa" and r["performance"] is None for r in recs.values())
     assert any("correct-seven-loops" in ln and "Fall 2019 m2: ok" in ln for ln in said), said
+
+
+def test_a_handout_of_an_edition_makes_it_the_default():
+    from pyconv.tools.handout import EDITIONS_FILE, set_default_edition
+
+    text = (ROOT / EDITIONS_FILE).read_text()
+    changed = set_default_edition(text, "2021fa")
+    assert changed.count('DEFAULT_EDITION = "2021fa"') == 1 and 'DEFAULT_EDITION = "2019sp"' not in changed
+    assert len(changed.splitlines()) == len(text.splitlines())
+    import types
+
+    module = types.ModuleType("pyconv.core.handout_editions")  # the handout's table still imports and resolves
+    module.__package__ = "pyconv.core"
+    sys.modules[module.__name__] = module
+    try:
+        exec(compile(changed, EDITIONS_FILE, "exec"), module.__dict__)
+    finally:
+        del sys.modules[module.__name__]
+    assert module.get(None).name == "2021fa" and module.resolve(None, "1").milestone == "2"
+    with pytest.raises(PyconvError, match="expected one line 'DEFAULT_EDITION = ...', found 0"):
+        set_default_edition("x = 1\n", "2021fa")
+
+
+@pytest.mark.slow
+@needs_data
+def test_a_file_written_for_its_semester_is_graded_on_its_semester(tmp_path):
+    """A Fall 2019 team whose file takes Fall 2019's two layers only (tests/fixtures/edition-teams), through the
+    project's own command line: ok as a Fall 2019 class; as a Spring 2019 class it fails on Spring 2019's first
+    layer, and the evidence names the semester."""
+    pytest.importorskip("ray")
+    subs = tmp_path / "subs"
+    team = ROOT / "tests" / "fixtures" / "edition-teams" / "fall-2019-fixed-sizes"
+    (subs / team.name).mkdir(parents=True)
+    (subs / team.name / "new-forward.h").write_text((team / "new-forward.h").read_text())
+    verdicts = {}
+    for edition in ("2019fa", "2019sp"):
+        r = invoke("grade", "--edition", edition, "--submissions", str(subs), "--m", "2", "--batches", "100",
+                   "--runs", "1", "--grades", str(tmp_path / edition), "--timeout-build", "1800",
+                   env={"PYCONV_LOGS": str(tmp_path / "logs")}, timeout=3600)
+        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+        (rec,) = schema.load_records(tmp_path / edition)
+        verdicts[edition] = rec
+    fa19, sp19 = verdicts["2019fa"], verdicts["2019sp"]
+    assert fa19["verdict"] == "ok" and fa19["edition"] == "2019fa" and fa19["model"] == "ece408-fa19"
+    table = json.loads((ROOT / "results" / "model-accuracy.json").read_text())
+    want = next(m["accuracy"]["100"] for m in table["models"] if m["name"] == "ece408-fa19")
+    assert fa19["correctness"]["100"] == pytest.approx(want, abs=0.011)
+    assert (sp19["verdict"], sp19["stage"], sp19["edition"]) == ("crashed", "check", "2019sp")
+    assert "Spring 2019 conv1" in sp19["evidence"][0] and "Fall 2019's layers" in sp19["evidence"][0]

@@ -7,7 +7,8 @@ holds a condition on a semester.
 
 Two frameworks: MXNet (2017fa-2019fa: `new-forward.h` / `new-forward.cuh`, `forward<xpu, DType>(y, x, w)`; the
 course's branches 2017fa, 2019sp, 2019fa) and Mini-DNN (2020fa on: `cpu-new-forward.cc` with `conv_forward_cpu`,
-`new-forward.cu` with a `GPUInterface`; the branches 2020fa, 2021sp, 2021fa and the later skeletons' readmes). The Mini-DNN interface changed over the years; `interface` names its generation:
+`new-forward.cu` with a `GPUInterface`; the branches 2020fa, 2021sp, 2021fa and the later skeletons' readmes).
+The Mini-DNN interface changed over the years; `interface` names its generation:
     2020fa  one host call conv_forward_gpu(host_y, host_x, host_k, B, M, C, H, W, K): allocate, copy, launch
     2021    prolog / conv_forward_gpu / epilog (the student allocates and copies in the prolog, frees in the epilog)
     2022fa  the same, parameters renamed (output, input, mask, Batch, Map_out, Channel, Height, Width, K)

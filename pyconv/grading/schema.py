@@ -62,8 +62,8 @@ def new_record(*, team, members, milestone, model, files, batches, runs, sanitiz
     return {"schema": SCHEMA, "version": VERSION, "team": team, "members": list(members), "milestone": milestone,
             "verdict": None, "stage": None, "evidence": [], "edition": edition, "model": model, "files": dict(files),
             "batches": list(batches), "correctness": {}, "runs": runs, "op_times": None, "variants": None,
-            "sum": None, "performance": None, "run_sums": [], "sanitizer": None, "device": device, "host": host, "date": date,
-            "commit": commit}
+            "sum": None, "performance": None, "run_sums": [], "sanitizer": None, "device": device, "host": host,
+            "date": date, "commit": commit}
 
 
 def finish(rec: dict, verdict: str, stage: str | None, evidence: list[str]) -> dict:

@@ -35,6 +35,7 @@ LEFT_OUT = (
     # finished student files kept as fixtures (ours, and the grader's teams)
     "tests/fixtures/student/",
     "tests/fixtures/teams/",
+    "tests/fixtures/edition-teams/",
     "tests/fixtures/gpu-teams/",
     "tests/fixtures/safety/",
     "tests/fixtures/fake_project/",
