@@ -312,3 +312,18 @@ def test_a_file_written_for_its_semester_is_graded_on_its_semester(tmp_path):
     assert fa19["correctness"]["100"] == pytest.approx(want, abs=0.011)
     assert (sp19["verdict"], sp19["stage"], sp19["edition"]) == ("crashed", "check", "2019sp")
     assert "Spring 2019 conv1" in sp19["evidence"][0] and "Fall 2019's layers" in sp19["evidence"][0]
+
+
+def test_a_shape_where_the_code_raised_is_a_crash_and_an_edge_case_is_not_graded():
+    r = job.StepResult(name="shapes", returncode=1, elapsed_s=0.1, peak_rss_mb=1, killed=None, detail="",
+                       output="error: cpu-student at Spring 2019 conv1 B=4 C=1 H=48 W=48 M=6 K=5 (Spring 2019's "
+                              "network): RuntimeError: Check failed: M == 24")
+    raised = {"edition": "2019sp", "semester": "Spring 2019", "edges": "not run", "shapes": [
+        {"shape": [4, 1, 48, 48, 6, 5], "layer": "Spring 2019 conv1", "edge": False, "ok": False, "raised": True,
+         "why": "RuntimeError: Check failed: M == 24", "max_abs_err": None}]}
+    verdict, stage, evidence = job.classify(r, "check", raised)
+    assert (verdict, stage) == ("crashed", "check") and "Spring 2019 conv1" in evidence[0]
+    edge = {"edition": "2019fa", "semester": "Fall 2019", "edges": "running", "shapes": [
+        {"shape": [4, 1, 70, 70, 12, 5], "layer": "Fall 2019 conv1", "edge": False, "ok": True, "why": ""},
+        {"shape": [1, 1, 1, 1, 1, 1], "layer": "edge case", "edge": True, "ok": False, "raised": True, "why": "x"}]}
+    assert job.edges_only(edge) and not job.edges_only(raised) and not job.edges_only(None)

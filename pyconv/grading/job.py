@@ -330,7 +330,8 @@ def classify(r: StepResult, stage: str, mrec: dict | None = None) -> tuple[str, 
     failed = [layer for layer in (mrec or {}).get("layers", []) if not layer.get("check", {}).get("ok", True)]
     if failed:
         return "wrong", stage, [_layer_line(layer) for layer in failed][:EVIDENCE_LINES]
-    shapes = [sh for sh in (mrec or {}).get("shapes", []) if not sh.get("ok", True) and not sh.get("edge")]
+    shapes = [sh for sh in (mrec or {}).get("shapes", [])  # a shape where the code raised is a crash, below
+              if not sh.get("ok", True) and not sh.get("edge") and not sh.get("raised")]
     if shapes:
         semester = (mrec or {}).get("semester")
         return "wrong", stage, [f"{len(shapes)} test shape(s) differ from the reference" +

@@ -10,7 +10,8 @@ K = H = W, odd and non-square sizes, one output channel, more channels than a ti
 is the project's one verify harness (pyconv.verify: random non-zero inputs, a NaN-poisoned output, atol +
 rtol*|ref|). Prints one line per shape, each naming the semester's layer or the edge case; writes the record
 {"variant", "edition", "semester", "edges": "not run" | "running" | "done", "shapes": [{"shape", "layer", "edge",
-"ok", "why", "max_abs_err"}]} after every shape, and exits 1 when a layer of the edition's network fails.
+"ok", "why", "max_abs_err"[, "raised"]}]} after every shape, and exits 1 when a layer of the edition's network fails
+(at once when the team's code raised there: a crash, not a wrong answer).
 A step that dies while "edges" is "running" died on an edge case (pyconv.grading.job reads it so)."""
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def main(argv: list[str]) -> int:
                 c = verify.check_variant(mod.conv, variant, shape, rng)
                 entry.update(ok=c.passed, why=c.why, max_abs_err=c.max_abs_err)
             except (RuntimeError, ValueError, MemoryError) as e:  # the team's CHECK, a CUDA error, bad_alloc
-                entry["why"] = f"{type(e).__name__}: {' '.join(str(e).split())}"
+                entry.update(why=f"{type(e).__name__}: {' '.join(str(e).split())}", raised=True)
                 raised = True
         record["shapes"].append(entry)
         Path(a.record).write_text(json.dumps(record))
