@@ -84,8 +84,10 @@ def test_an_unknown_edition_is_one_line_naming_the_known(bad):
 
 
 def test_an_unknown_milestone_of_an_edition_names_its_milestones():
-    with pytest.raises(PyconvError, match=r"edition 2021fa has no milestone '4' \(its milestones: 1, 2, 3\)"):
+    with pytest.raises(PyconvError, match=r"^unknown milestone '4' of edition 2021fa \(known: 1, 2, 3\)$"):
         editions.resolve("2021fa", "4")
+    with pytest.raises(PyconvError, match=r"^unknown milestone '7' \(known: 1, 2, 3, 4, final\)$"):
+        editions.resolve(None, "7")  # the default edition says what the milestones always said
 
 
 @pytest.mark.parametrize("args", [

@@ -76,8 +76,8 @@ class Edition:
         for m in self.milestones:
             if m.label == text:
                 return m
-        raise PyconvError(f"edition {self.name} has no milestone '{text}' (its milestones: "
-                          f"{', '.join(m.label for m in self.milestones)})")
+        of = "" if self.name == DEFAULT_EDITION else f" of edition {self.name}"
+        raise PyconvError(f"unknown milestone '{text}'{of} (known: {', '.join(m.label for m in self.milestones)})")
 
     @property
     def minidnn(self) -> bool:
