@@ -159,8 +159,10 @@ def run_profile(m, batch=None, model: str | None = None, impl: str | None = None
         env = dict(os.environ, **{ENV_VAR: str(dest)})
         if m == "1":
             milestone_kwargs.setdefault("device", "gpu")  # m1.2 is the part on the GPU: the one to trace
+        if edition:  # the child reads the label in the edition's numbering and prints as that edition did
+            milestone_kwargs = {**milestone_kwargs, "edition": edition}
         code = milestones.run(chosen.label if edition else m, batch=batch, model=model, impl=impl, env=env,
-                              edition=edition, **milestone_kwargs)
+                              **milestone_kwargs)
         if not dest.exists():
             return code  # the child said why (CUPTI unavailable, or the run failed before its end)
         doc = read_child_profile(dest)
