@@ -48,6 +48,7 @@ LEFT_OUT = (
     "tests/test_grade_cluster.py",
     "tests/test_grade_safety.py",
     "tests/test_grade_project.py",
+    "tests/test_grade_editions.py",
     "tests/test_handout.py",
 )
 SLOTS = ("native/student/new-forward.h", "native/student/new-forward.cuh")
