@@ -158,8 +158,11 @@ def import_mxnet(c, symbol=None, params=None, name=None, input_size="48", force=
     print(f"wrote {path}")
 
 
-@task(help={"m": "milestone: 1, 2, 3, 4 or final", "batch": "number of test images, 1..10000 (default 10000)",
-            "model": "model name (default ece408; `invoke models` lists them)",
+@task(help={"m": "milestone: 1, 2, 3, 4 or final (with --edition: as that edition numbered them)",
+            "batch": "number of test images, 1..10000 (default: the edition's, 10000)",
+            "model": "model name (default: the edition's, ece408; `invoke models` lists them)",
+            "edition": "the course's semester, e.g. 2021fa (default 2019sp): its milestone numbering, network and "
+                       "batch (pyconv/core/editions.py); with --student, the edition the folder was built for",
             "impl": "convolution variant on every conv layer (m2: a CPU variant or numpy; m3/4/final: a GPU variant); "
                     "a layer it cannot take is an error",
             "fallback": "with --impl: a layer the variant cannot take runs milestone 4's (else 3's) default instead",
@@ -167,10 +170,9 @@ def import_mxnet(c, symbol=None, params=None, name=None, input_size="48", force=
             "device": "m1 only: cpu, gpu or both", "gpus": "final only: number of GPUs or 'all'",
             "student": "run DIR's own variant (cpu-student at m2, gpu-student at 3/4/final) from the modules "
                        "`invoke build --student DIR [--edition E]` built; --impl may only name that variant",
-            "record": "write one JSON record of the run (per layer: variant, Op Time, check; Correctness) to FILE",
-            "edition": "with --student: the Mini-DNN edition it was built for (`invoke build --edition E`)"})
+            "record": "write one JSON record of the run (per layer: variant, Op Time, check; Correctness) to FILE"})
 @user_errors
-def milestone(c, m=None, batch="10000", model="ece408", impl=None, fallback=False, posix=False, device="both",
+def milestone(c, m=None, batch=None, model=None, impl=None, fallback=False, posix=False, device="both",
               gpus="1", student=None, record=None, edition=None):
     """Run a course milestone: prints Op Time per conv layer and Correctness, logs a /usr/bin/time block."""
     from pyconv.tools import milestones
@@ -219,15 +221,17 @@ def ladder_doc(c):
 @task(help={"m": "milestone to profile: 1, 3, 4 or final (2 runs on the CPU: nothing to trace)",
             "batch": "number of test images, 1..10000 (default 10000)",
             "model": "model name (default ece408; `invoke models` lists them)",
-            "impl": "m3/4/final: the GPU convolution variant (default: the milestone's own)"})
+            "impl": "m3/4/final: the GPU convolution variant (default: the milestone's own)",
+            "edition": "the course's semester, e.g. 2021fa (default 2019sp): its milestone numbering, network and "
+                       "batch (pyconv/core/editions.py); with --student, the edition the folder was built for",})
 @user_errors
-def profile(c, m=None, batch="10000", model="ece408", impl=None):
+def profile(c, m=None, batch=None, model=None, impl=None, edition=None):
     """nvprof's summary of a milestone (kernels, memcpy/memset, CUDA API calls; `*` = over 90%), via CUPTI."""
     from pyconv.tools import profile as prof
 
     if m is None:
         raise Exit("error: --m is required (1, 3, 4 or final)", code=1)
-    code = prof.run_profile(m, batch=batch, model=model, impl=impl)
+    code = prof.run_profile(m, batch=batch, model=model, impl=impl, edition=edition)
     if code:
         raise Exit(code=code)
 
@@ -248,7 +252,7 @@ def models(c):
         print(f"{name:16s} {m.arch:6s} {m.summary()}")
 
 
-@task(help={"arch": "architecture: fa17, sp18, fa18, sp19 or fa19 (pyconv/core/archs.py)",
+@task(help={"arch": "architecture: fa17, sp18, fa18, sp19, fa19 or fa20 (pyconv/core/archs.py)",
             "name": "name of the new model (written to datasets/models/NAME.h5)",
             "epochs": "passes over the 60000 training images, >= 1 (default 2)",
             "seed": "seed of the initialisation and the shuffling: same seed, same weights on one machine "
@@ -340,13 +344,17 @@ def sanitize(c, tools=None, variants=None, milestone="3", model=None, batch="64"
             "compiled": "--end-to-end: models also timed against torch.compile max-autotune (FP32, TF32, fp16 "
                         "channels_last; minutes of compilation each): names, 'all' or 'none' (default ece408)",
             "sweep": "our best correct variant against cuDNN FP32, TF32 and FP16 on 40 drawn layer shapes, without and "
-                     "with tanh + max-pool 2/2 (warm-up 2, 5 reps unless given; --batch reduces the batch)"})
+                     "with tanh + max-pool 2/2 (warm-up 2, 5 reps unless given; --batch reduces the batch)",
+            "edition": "the course's semester (e.g. 2021fa): its network is the default --model"})
 @user_errors
 def bench(c, model=None, batch=None, reps=None, warmup=None, cpu=False, gpu=False, end_to_end=False, out=None,
-          variants=None, gpus="1", compiled=None, sweep=False):
+          variants=None, gpus="1", compiled=None, sweep=False, edition=None):
     """Every variant on every conv layer: op time, GFLOP/s, GB/s, % of roofline, x cuDNN; JSON in results/runs/."""
     from pyconv.bench import run as b
+    from pyconv.core import editions
 
+    if edition is not None and model is None:
+        model = editions.get(edition).model
     b.run(model=model, batch=batch, reps=reps, warmup=warmup, cpu=cpu, gpu=gpu, end_to_end=end_to_end, out=out,
           variants=variants, gpus=gpus, compiled=compiled, sweep=sweep)
 
@@ -398,17 +406,20 @@ def promote(c, run=None):
             "project": "testing the grader: a Python script standing in for the project's command line",
             "keep": "keep each job's scratch folder (its build and logs) for inspection",
             "jobs_cpus": "CPUs each job asks Ray for (default 1)",
-            "no_sandbox": "run the teams' code without bubblewrap, with your own rights (each record says so)"})
+            "no_sandbox": "run the teams' code without bubblewrap, with your own rights (each record says so)",
+            "edition": "the class's semester, e.g. 2021fa (default 2019sp): --m in its numbering, its network, "
+                       "its layer shapes only, its performance grade"})
 @user_errors
-def grade(c, submissions=None, m="2", runs="3", batches=None, model="ece408", sanitize=False, cluster=None,
+def grade(c, submissions=None, m="2", runs="3", batches=None, model=None, sanitize=False, cluster=None,
           grades=None, timeout_build="900", timeout_run="900", memory_mb="8192", cuda_arch="", project=None,
-          keep=False, jobs_cpus="1", no_sandbox=False):
+          keep=False, jobs_cpus="1", no_sandbox=False, edition=None):
     """Grade every team of a submissions folder at one milestone (on Ray): a JSON record each in results/grades/."""
     from pyconv.tools import grade as g
 
     code = g.grade(submissions, m=m, runs=runs, batches=batches, model=model, sanitize=sanitize, cluster=cluster,
                    grades=grades, timeout_build=timeout_build, timeout_run=timeout_run, memory_mb=memory_mb,
-                   cuda_arch=cuda_arch, project=project, keep=keep, jobs_cpus=jobs_cpus, no_sandbox=no_sandbox)
+                   cuda_arch=cuda_arch, project=project, keep=keep, jobs_cpus=jobs_cpus, no_sandbox=no_sandbox,
+                   edition=edition)
     if code:
         raise Exit(code=code)
 
@@ -426,15 +437,16 @@ def leaderboard(c, grades=None, m=None, out=None):
     print("wrote " + ", ".join(str(p) for p in written))
 
 
-@task(help={"dest": "new folder for the student edition (must not exist or be empty)"})
+@task(help={"dest": "new folder for the student edition (must not exist or be empty)",
+            "edition": "the semester handed out, e.g. 2021fa (default 2019sp): its network, files and milestones"})
 @user_errors
-def handout(c, dest=None):
+def handout(c, dest=None, edition=None):
     """Write the student edition of this tree: skeletons in the student slots, no variant files, no grader."""
     from pyconv.tools import handout as h
 
     if dest is None:
         raise Exit("error: --dest DIR is required (a new folder for the student edition)", code=1)
-    h.write_handout(dest)
+    h.write_handout(dest, edition=edition)
 
 
 # --- end of teachers' tasks ---

@@ -293,14 +293,15 @@ def test_a_record_changed_while_grading_is_written_again(tmp_path, monkeypatch):
     assert schema.load_records(grades)[0]["team"] == first and schema.validate(schema.load_records(grades)[0]) == []
 
 
-def test_the_test_shapes_cover_every_course_layer_and_the_edges():
+def test_the_test_shapes_are_the_editions_layers_and_the_edges():
     from pyconv.core.archs import ARCHS
     from pyconv.grading import shapes
 
-    course = shapes.course_shapes()
-    assert (4, 1, 48, 48, 6, 5) in course and (4, 6, 22, 22, 16, 5) in course  # sp19
-    assert (4, 1, 72, 72, 12, 7) in course and (4, 12, 33, 33, 24, 7) in course  # fa18
-    assert len(course) == sum(len(a.convs) for a in ARCHS.values())
+    course = shapes.course_shapes()  # the default edition, Spring 2019: its two layers only
+    assert course == [(4, 1, 48, 48, 6, 5), (4, 6, 22, 22, 16, 5)]
+    assert shapes.course_shapes("2018fa") == [(4, 1, 72, 72, 12, 7), (4, 12, 33, 33, 24, 7)]
+    every = {s for e in ("2017fa", "2018sp", "2018fa", "2019sp", "2019fa", "2021fa") for s in shapes.course_shapes(e)}
+    assert len(every) == sum(len(a.convs) for a in ARCHS.values())
     edges = shapes.EDGE_SHAPES
     assert any(k == 1 for *_, k in edges) and any(h == w == k for _, _, h, w, _, k in edges)
     assert any(h != w for _, _, h, w, _, _ in edges) and any(m == 1 for *_, m, _ in edges)

@@ -38,11 +38,13 @@ def test_archs_table_matches_the_course():
         "fa18": "1x72x72: conv 12@7x7 -> tanh -> maxpool 2/2 -> conv 24@7x7 " + tail.format(160),
         "sp19": "1x48x48: conv 6@5x5 -> tanh -> maxpool 2/2 -> conv 16@5x5 " + tail.format(140),
         "fa19": "1x70x70: conv 12@5x5 -> tanh -> maxpool 2/2 -> conv 24@5x5 " + tail.format(160),
+        "fa20": "1x86x86: conv 4@7x7 -> relu -> maxpool 2/2 -> conv 16@7x7 -> relu -> maxpool 4/4 -> flatten -> "
+                "FC 32 -> relu -> FC 10 -> softmax",
     }
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"arch": "sp20"}, "unknown architecture 'sp20' (known: fa17, sp18, fa18, sp19, fa19)"),
+    ({"arch": "sp20"}, "unknown architecture 'sp20' (known: fa17, sp18, fa18, sp19, fa19, fa20)"),
     ({"epochs": 0}, "epochs must be a positive integer, got 0"),
     ({"epochs": -2}, "epochs must be a positive integer, got -2"),
     ({"epochs": "two"}, "epochs must be a positive integer, got 'two'"),
@@ -176,5 +178,5 @@ def test_task_refuses_unknown_arch_in_one_line():
     r = subprocess.run([sys.executable, "-m", "invoke", "train", "--arch", "nope", "--name", "x"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
-    assert r.stderr.strip() == "error: unknown architecture 'nope' (known: fa17, sp18, fa18, sp19, fa19)"
+    assert r.stderr.strip() == "error: unknown architecture 'nope' (known: fa17, sp18, fa18, sp19, fa19, fa20)"
 

@@ -1,8 +1,9 @@
 """The grade record: one JSON file per team and milestone, results/grades/<team>-m<milestone>.json.
 
-Version 2, every key always present (null where a stage was not reached):
+Version 3, every key always present (null where a stage was not reached):
     schema       "pyconv-grade"
-    version      1
+    version      3 (2 added the signature, 3 the edition and performance grade; older records are refused: grade
+                 again)
     team         the team's folder name
     members      names from the team's members.txt (one a line), [] without one
     milestone    "2" | "3" | "4" | "final"
@@ -11,6 +12,7 @@ Version 2, every key always present (null where a stage was not reached):
     stage        where the verdict was decided: "files" (refused) | "build" | "check" (the test shapes) | "run" |
                  "sanitize" | null (ok)
     evidence     the first lines that explain the verdict (at most 12), [] when ok
+    edition      the class's semester (pyconv.core.editions): whose layer shapes were tested, whose targets hold
     model        the model the milestone ran
     files        {file name: sha256} of what the team handed in (what was graded)
     batches      the Correctness batches, the last one timed (the course: 100, 1000, 10000)
@@ -19,6 +21,8 @@ Version 2, every key always present (null where a stage was not reached):
     op_times     seconds per conv layer of the fastest timed run, in layer order
     variants     the variant each layer ran (the student's own, as the milestone printed it)
     sum          the sum of op_times: the leaderboard's score
+    performance  the edition's performance grade for sum (0..1, linear between its baseline and target), null
+                 where the edition set none or the timed batch is not the edition's
     run_sums     the sum of every timed run, in order (the spread behind "fastest of N")
     sanitizer    "memcheck: no errors" when --sanitize ran clean, else null
     device       the GPU (milestones 3, 4, final) or CPU (milestone 2) that ran the job
@@ -55,7 +59,7 @@ from ..core.errors import PyconvError
 from ..core.fileio import write_text_atomic
 
 SCHEMA = "pyconv-grade"
-VERSION = 2
+VERSION = 3
 VERDICTS = ("ok", "wrong", "build-failed", "crashed", "timeout", "out-of-memory", "refused")
 STAGES = ("files", "build", "check", "run", "sanitize", None)
 MILESTONES = ("2", "3", "4", "final")
@@ -63,22 +67,22 @@ MAX_EVIDENCE = 12
 MAX_EVIDENCE_CHARS = 400  # per line: a compiler's template error can be pages long
 TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # The fields that are measurements or the moment of the run (and the signature over them): the rest is reproducible.
-MEASURED = ("date", "op_times", "sum", "run_sums", "signature")
+MEASURED = ("date", "op_times", "sum", "performance", "run_sums", "signature")
 MAX_RECORD_BYTES = 1 << 20  # a record is a few KiB: anything larger is not one
 
-KEYS = ("schema", "version", "team", "members", "milestone", "verdict", "stage", "evidence", "model", "files",
-        "batches", "correctness", "runs", "op_times", "variants", "sum", "run_sums", "sanitizer", "device", "host",
-        "date", "commit", "same_as", "sandbox", "signature")
+KEYS = ("schema", "version", "team", "members", "milestone", "verdict", "stage", "evidence", "edition", "model",
+        "files", "batches", "correctness", "runs", "op_times", "variants", "sum", "performance", "run_sums",
+        "sanitizer", "device", "host", "date", "commit", "same_as", "sandbox", "signature")
 
 
 def new_record(*, team, members, milestone, model, files, batches, runs, sanitize, device, host, date,
-               commit) -> dict:
+               commit, edition=None) -> dict:
     del sanitize  # the key `sanitizer` is filled by the sanitizer step itself
     return {"schema": SCHEMA, "version": VERSION, "team": team, "members": list(members), "milestone": milestone,
-            "verdict": None, "stage": None, "evidence": [], "model": model, "files": dict(files),
+            "verdict": None, "stage": None, "evidence": [], "edition": edition, "model": model, "files": dict(files),
             "batches": list(batches), "correctness": {}, "runs": runs, "op_times": None, "variants": None,
-            "sum": None, "run_sums": [], "sanitizer": None, "device": device, "host": host, "date": date,
-            "commit": commit, "same_as": {}, "sandbox": "", "signature": ""}
+            "sum": None, "performance": None, "run_sums": [], "sanitizer": None, "device": device, "host": host,
+            "date": date, "commit": commit, "same_as": {}, "sandbox": "", "signature": ""}
 
 
 def finish(rec: dict, verdict: str, stage: str | None, evidence: list[str]) -> dict:
@@ -87,7 +91,7 @@ def finish(rec: dict, verdict: str, stage: str | None, evidence: list[str]) -> d
     lines = [ln.rstrip() for ln in evidence if ln.strip()][:MAX_EVIDENCE]
     rec["evidence"] = [ln if len(ln) <= MAX_EVIDENCE_CHARS else ln[:MAX_EVIDENCE_CHARS] + " [...]" for ln in lines]
     if verdict != "ok":
-        rec["op_times"] = rec["variants"] = rec["sum"] = None
+        rec["op_times"] = rec["variants"] = rec["sum"] = rec["performance"] = None
     problems = validate(rec)
     if problems:
         raise AssertionError(f"grade record of {rec.get('team')} breaks its schema: {'; '.join(problems)}")
@@ -132,7 +136,7 @@ _TYPES = {
 
 
 def validate(rec: dict) -> list[str]:
-    """Every way `rec` departs from version 2 of the schema (an empty list: it is a valid record). The signature
+    """Every way `rec` departs from this version of the schema (an empty list: it is a valid record). The signature
     is checked apart (`verify`): this is the record's shape only."""
     p = []
     if not isinstance(rec, dict):
@@ -172,6 +176,12 @@ def validate(rec: dict) -> list[str]:
             p.append("an ok record needs a Correctness for every batch")
     elif rec["sum"] is not None:
         p.append(f"a {rec['verdict']} record has no sum")
+    perf = rec["performance"]
+    if perf is not None and not (isinstance(perf, (int, float)) and 0 <= perf <= 1 and rec["sum"] is not None):
+        p.append(f"performance {perf!r} is not a grade 0..1 of a scored record")
+    for b, c in rec["correctness"].items():
+        if not (isinstance(c, (int, float)) and 0 <= c <= 1):
+            p.append(f"correctness at {b} is {c!r}, not a fraction")
     return p
 
 

@@ -27,7 +27,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from ..core import paths
+from ..core import editions, paths
 from ..core.errors import PyconvError, one_line
 from ..core.fileio import write_text_atomic
 from ..grading import sandbox, schema
@@ -195,11 +195,14 @@ def sandbox_for(no_sandbox: bool) -> str:
     return "bwrap"
 
 
-def grade(submissions, m="2", runs="3", batches=None, model="ece408", sanitize=False, cluster=None, grades=None,
+def grade(submissions, m="2", runs="3", batches=None, model=None, sanitize=False, cluster=None, grades=None,
           timeout_build="900", timeout_run="900", memory_mb="8192", cuda_arch="", project=None, keep=False,
-          jobs_cpus="1", no_sandbox=False, say=print) -> int:
-    """Grade every team; returns 0 when every job produced a record (whatever its verdict), 1 otherwise."""
-    m = str(m).strip().lower()
+          jobs_cpus="1", no_sandbox=False, say=print, edition=None) -> int:
+    """Grade every team; returns 0 when every job produced a record (whatever its verdict), 1 otherwise.
+    edition: the class's semester (default 2019sp): m in its numbering, its network (unless `model`), its layer
+    shapes only, its Correctness batches ending at its timed batch, its performance grade."""
+    chosen = editions.resolve(edition, m, model=model)
+    ed, label, m, model = chosen.edition, chosen.label, chosen.milestone, chosen.model
     if m not in schema.MILESTONES:
         raise PyconvError(f"--m must be one of {', '.join(schema.MILESTONES)} (milestone 1 is PyTorch's), got {m!r}")
     if submissions is None:
@@ -209,7 +212,7 @@ def grade(submissions, m="2", runs="3", batches=None, model="ece408", sanitize=F
     submissions = Path(submissions).resolve()
     teams = discover(submissions)
     runs = _positive(runs, "--runs")
-    batch_list = parse_batches(batches) if batches else list(COURSE_BATCHES)
+    batch_list = parse_batches(batches) if batches else sorted({*COURSE_BATCHES[:-1], ed.batch})
     grades = Path(grades).resolve() if grades else DEFAULT_GRADES
     mem = _positive(memory_mb, "--memory-mb")
     run_limits = Limits(wall_s=_positive(timeout_run, "--timeout-run", float), memory_mb=mem)
@@ -248,7 +251,7 @@ def grade(submissions, m="2", runs="3", batches=None, model="ece408", sanitize=F
                      runs=runs, sanitize=bool(sanitize), build_limits=build_limits, run_limits=run_limits,
                      commit=commit, date=date, root=str(root), project=project_argv, cuda_arch=cuda_arch or "",
                      scratch_base=str(scratch_base), keep_scratch=keep, hide=[str(submissions), str(grades)],
-                     sandbox=isolation, run_id=run_id)
+                     sandbox=isolation, run_id=run_id, edition=ed.name)
              for t in teams if not t.refused]
     try:
         with contextlib.closing(run_jobs(specs, cluster, say, cpus_per_job=cpus_per_job)) as results:
@@ -262,7 +265,10 @@ def grade(submissions, m="2", runs="3", batches=None, model="ece408", sanitize=F
                 schema.write_record(grades, rec, key)
                 written[spec.team] = rec
                 score = f"sum {rec['sum']:.6f} s" if rec["sum"] is not None else (rec["evidence"] or [""])[0][:100]
-                say(f"  {spec.team:20s} m{m}: {rec['verdict']:13s} {score}")
+                if rec["performance"] is not None:
+                    score += (f", performance {rec['performance']:.0%} ({ed.target_ms:g} ms full, "
+                              f"{ed.baseline_ms:g} none)")
+                say(f"  {spec.team:20s} {ed.semester} m{label}: {rec['verdict']:13s} {score}")
                 placements.append({"team": spec.team, "milestone": m, "verdict": rec["verdict"], **placement})
                 write_text_atomic(logdir / f"{spec.team}-m{m}.log",
                                   f"# {spec.team} m{m}: {rec['verdict']} (node {placement.get('node', '?')}, host "

@@ -7,6 +7,8 @@ the assignment's answers and the teachers' tools:
   milestones take them by default (the rule: the first Default variant present, else the student's);
 - the finished student files kept as test fixtures, and the grader's fixture teams;
 - the grader (pyconv/grading/, this module, grade and leaderboard) with its tests, and its block of tasks.py.
+With an edition (`--edition 2021fa`), the handout's default edition is that one (pyconv/core/editions.py's
+DEFAULT_EDITION is rewritten), so the student's `invoke milestone --m 1` is that semester's milestone 1 on its network.
 It is written as a new git repository with one commit, so that students can diff their work against it.
 The slots must hold the course's skeletons: a tree whose committed slot holds a solution is refused.
 Its own tests pass as handed out: they take variant names from the registry (tests/built_variants.py), so tests of
@@ -21,7 +23,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from ..core import paths
+from ..core import editions, paths
 from ..core.errors import PyconvError
 from ..core.fileio import atomic_folder
 from ..variants import SKELETON_MARKS, holds_skeleton
@@ -39,6 +41,7 @@ LEFT_OUT = (
     # finished student files kept as fixtures (ours, and the grader's teams)
     "tests/fixtures/student/",
     "tests/fixtures/teams/",
+    "tests/fixtures/edition-teams/",
     "tests/fixtures/gpu-teams/",
     "tests/fixtures/safety/",
     "tests/fixtures/fake_project/",
@@ -53,6 +56,7 @@ LEFT_OUT = (
     "tests/test_grade_hardening.py",
     "tests/test_grade_safety.py",
     "tests/test_grade_project.py",
+    "tests/test_grade_editions.py",
     "tests/test_handout.py",
 )
 SLOTS = ("native/student/new-forward.h", "native/student/new-forward.cuh")
@@ -77,9 +81,23 @@ def _git(root: Path, *args: str, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=300, **kw)
 
 
-def write_handout(dest, root: Path = paths.ROOT, say=print) -> Path:
+EDITIONS_FILE = "pyconv/core/editions.py"
+
+
+def set_default_edition(text: str, name: str) -> str:
+    """editions.py's text with DEFAULT_EDITION set to `name` (the one line that assigns it)."""
+    lines = text.splitlines(keepends=True)
+    hits = [i for i, ln in enumerate(lines) if ln.startswith("DEFAULT_EDITION = ")]
+    if len(hits) != 1:
+        raise PyconvError(f"{EDITIONS_FILE}: expected one line 'DEFAULT_EDITION = ...', found {len(hits)}")
+    lines[hits[0]] = f'DEFAULT_EDITION = "{name}"  # this handout\'s semester\n'
+    return "".join(lines)
+
+
+def write_handout(dest, root: Path = paths.ROOT, say=print, edition: str | None = None) -> Path:
     if dest is None:
         raise PyconvError("give the folder to write the handout into: invoke handout --dest DIR")
+    ed = editions.get(edition)  # an unknown edition: one line, before anything is written
     dest = Path(dest).resolve()
     if dest.exists() and any(dest.iterdir()):
         raise PyconvError(f"{dest} exists and is not empty: the handout goes into a new folder")
@@ -94,13 +112,14 @@ def write_handout(dest, root: Path = paths.ROOT, say=print) -> Path:
     # Written into a folder beside dest and renamed at the end: an interrupted handout leaves no half-made tree
     # in dest's place (it would block the rerun).
     with atomic_folder(dest) as tmp:
-        kept, dropped = _write_tree(archive.stdout, tmp, head.stdout.strip())
-    say(f"wrote the student edition of {head.stdout.strip()} to {dest}: {kept} files, {dropped} left out "
+        kept, dropped = _write_tree(archive.stdout, tmp, head.stdout.strip(), edition and ed.name)
+    say(f"wrote the student edition of {head.stdout.strip()} ({ed.semester}, {ed.name}: model {ed.model}, milestones "
+        f"{', '.join(m.label for m in ed.milestones)}) to {dest}: {kept} files, {dropped} left out "
         "(variant files, finished student files, the grader)")
     return dest
 
 
-def _write_tree(archive: bytes, dest: Path, commit: str) -> tuple[int, int]:
+def _write_tree(archive: bytes, dest: Path, commit: str, edition: str | None = None) -> tuple[int, int]:
     """The handout's files from the tar of HEAD, its tasks.py cut, committed as a new repository."""
     kept, dropped = 0, 0
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
@@ -123,6 +142,9 @@ def _write_tree(archive: bytes, dest: Path, commit: str) -> tuple[int, int]:
             kept += m.isfile()
     tasks = dest / "tasks.py"
     tasks.write_text(strip_teacher_tasks(tasks.read_text()))
+    if edition is not None:
+        table = dest / EDITIONS_FILE
+        table.write_text(set_default_edition(table.read_text(), edition))
     env = {**os.environ, "GIT_AUTHOR_NAME": "pyconv handout", "GIT_AUTHOR_EMAIL": "handout@pyconv",
            "GIT_COMMITTER_NAME": "pyconv handout", "GIT_COMMITTER_EMAIL": "handout@pyconv"}
     for args in (["init", "-q"], ["add", "-A"],

@@ -2,8 +2,9 @@
 
 Per milestone: the teams whose verdict is ok ranked by the sum of their conv layers' Op Times (fastest first,
 the fastest of their timed runs), with each layer's time, the Correctness at each batch, and how many standard
-deviations the sum lies from the class median (negative: faster than the median); the teams with another verdict
-below them, unranked, with the verdict and its first line of evidence. Written as Markdown, CSV and a PNG
+deviations the sum lies from the class median (negative: faster than the median), and the edition's performance
+grade where it set targets (pyconv.core.editions.performance_grade, kept in the record); the teams with another
+verdict below them, unranked, with the verdict and its first line of evidence. Written as Markdown, CSV and a PNG
 beside the records (leaderboard-m<M>.md/.csv/.png).
 
 Only records the grader signed are read (pyconv.grading.schema): a damaged, forged or unsigned file, or one that
@@ -88,7 +89,7 @@ def table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     batches, nlayers = _batches(rows), _layers(rows)
     head = (["rank", "team", "members", "sum of Op Times (s)"] + [f"layer {i + 1} (s)" for i in range(nlayers)]
             + [f"Correctness {b}" for b in batches]
-            + ["verdict", "sd from median", "device", "date", "evidence", "notes"])
+            + ["verdict", "performance", "sd from median", "edition", "device", "date", "evidence", "notes"])
     cells = []
     for r in rows:
         times = r["op_times"] or []
@@ -96,7 +97,8 @@ def table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
                       f"{r['sum']:.6f}" if r["sum"] is not None else "-"]
                      + [f"{times[i]:.6f}" if i < len(times) else "-" for i in range(nlayers)]
                      + [f"{r['correctness'][b]:.4f}" if r["correctness"].get(b) is not None else "-" for b in batches]
-                     + [r["verdict"], f"{r['z']:+.2f}" if r["z"] is not None else "-", r["device"],
+                     + [r["verdict"], f"{r['performance']:.0%}" if r["performance"] is not None else "-",
+                        f"{r['z']:+.2f}" if r["z"] is not None else "-", r["edition"] or "-", r["device"],
                         r["date"][:10], (r["evidence"] or [""])[0], notes(r)])
     return head, cells
 

@@ -10,7 +10,11 @@ prints what the course printed:
     Correctness: <acc> Model: <name>
 Milestone 1 runs the network in PyTorch (engines/framework.py); 2, 3, 4 and final run the Plan that pyconv.plan
 makes for them (the variant per conv layer, from the variants' roles and, for final, this GPU's evidence) on the
-CPU engine (2) or the GPU engine (3, 4, final)."""
+CPU engine (2) or the GPU engine (3, 4, final).
+
+With `--edition E` (pyconv.core.editions) the milestone is read in that edition's numbering and runs its network;
+a Mini-DNN edition (2020fa on) prints what its m1..m3 programs printed (print_minidnn) instead of the lines above.
+The MXNet editions (2017fa-2019fa, the default 2019sp among them) print exactly the lines above."""
 
 from __future__ import annotations
 
@@ -25,9 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from .. import evidence, measure, native, variants
-from ..core import data, paths
+from ..core import data, editions, paths
 from ..core.checks import MAX_BATCH, check_batch
 from ..core.data import accuracy
+from ..core.editions import Edition
 from ..core.errors import PyconvError, one_line
 from ..core.model import DEFAULT_MODEL, Model, load_model
 from ..plan import Plan, conv_sites, plan
@@ -60,6 +65,58 @@ def print_result(op_times: list[float], accuracy: float | None, model_name: str,
         print(line)
     if accuracy is not None:
         print(f"Correctness: {accuracy:.4g} Model: {model_name}", flush=True)
+
+
+def print_minidnn(edition: Edition, device: str, op_times: list[float], layer_times: list[float] | None,
+                  accuracy: float, check_lines: list[str]) -> None:
+    """What the course's Mini-DNN programs printed after `Loading model...Done`: per conv layer `Conv-CPU==` or
+    `Conv-GPU==` with its `Op Time: X ms` (C++'s default float formatting, six significant digits), on the GPU
+    its `Layer Time` (prolog + kernel + epilog) first; a blank line; `Test Accuracy: X`. Fall 2020 printed its
+    GPU times in a block after the accuracy instead. The project's layer check goes before the blank line.
+    layer_times None: this engine does not time the layer apart from the op; said in the Layer Time line."""
+    gpu = device == "gpu"
+    def layer(i: int) -> str:
+        return f"{layer_times[i] * 1e3:.6g} ms" if layer_times else "n/a (this engine times the convolution alone)"
+
+    timings_after = gpu and edition.interface == "2020fa"
+    for i, t in enumerate(op_times):
+        print("Conv-GPU==" if gpu else "Conv-CPU==")
+        if gpu and not timings_after:
+            print(f"Layer Time: {layer(i)}")
+        if not timings_after:
+            print(f"Op Time: {t * 1e3:.6g} ms")
+    for line in check_lines:
+        print(line)
+    print()
+    print(f"Test Accuracy: {accuracy:.6g}", flush=True)
+    if timings_after:
+        print("--------------------------------\n-           TIMINGS\n--------------------------------")
+        for i, t in enumerate(op_times):
+            print(f"Layer {i + 1} OpTime: {t * 1e3:.6g} ms")
+            print(f"Layer {i + 1} LayerTime: {layer(i)}")
+    print(flush=True)
+
+
+def _student_slot(module, p: Plan):
+    """The native module whose Mini-DNN student slot runs every conv layer of plan p (its timings reset), or None
+    when a layer runs another variant or the module holds no Mini-DNN student."""
+    if not all(c.variant.endswith("-student") for c in p.layers):
+        return None
+    if not getattr(module, "student_generation", lambda: "")():
+        return None
+    module.student_reset_times()
+    return module
+
+
+def _course_times(slot, n_layers: int) -> tuple[list[float], list[float]] | None:
+    """(Op Times, Layer Times) in seconds from the student slot's own clock: one call per conv layer. None when the
+    slot did not see exactly one call a layer (then the engine's op times stand)."""
+    if slot is None:
+        return None
+    t = slot.student_times()
+    if len(t["op_ms"]) != n_layers or len(t["layer_ms"]) != n_layers:
+        return None
+    return [v / 1e3 for v in t["op_ms"]], [v / 1e3 for v in t["layer_ms"]]
 
 
 def load_inputs(model: Model, batch: int) -> tuple[np.ndarray, np.ndarray]:
@@ -96,10 +153,13 @@ def explain(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = N
 
 
 def run_planned(m: str, model: Model, x: np.ndarray, labels: np.ndarray, impl: str | None = None, gpus: str = "1",
-                fallback: bool = False, record: layercheck.MilestoneRecord | None = None) -> bool:
+                fallback: bool = False, record: layercheck.MilestoneRecord | None = None,
+                edition: Edition | None = None) -> bool:
     """Milestone 2, 3, 4 or final in this process: prints 'New Inference', one Op Time per conv layer (with the
-    layer and its variant), the layer check (outside the timed region) and Correctness. Returns whether every
-    conv layer matched the reference on the sample; fills `record` as it goes."""
+    layer and its variant), the layer check (outside the timed region) and Correctness (a Mini-DNN `edition`:
+    print_minidnn's lines instead). Returns whether every conv layer matched the reference on the sample; fills
+    `record` as it goes."""
+    minidnn = edition is not None and edition.minidnn
     if m == "2":
         from ..engines import cpu
 
@@ -108,8 +168,11 @@ def run_planned(m: str, model: Model, x: np.ndarray, labels: np.ndarray, impl: s
             record.layers = [layercheck.LayerRecord(c.site.index, c.site.layer, c.variant) for c in p.layers]
         rtols = {v.name: v.rtol for v in variants.cpu_variants()}
         idx = layercheck.sample_indices(len(x))
-        print("New Inference", flush=True)
+        if not minidnn:
+            print("New Inference", flush=True)
+        slot = _student_slot(native.cpu(), p) if minidnn else None
         res = cpu.run_plan(p, model, x, capture=idx)
+        course_times = _course_times(slot, len(p.layers))
         checks = [layercheck.compare(y, xin, layer.weight, idx, rtols.get(c.variant, variants.DEFAULT_RTOL))
                   for c, (xin, y), layer in zip(p.layers, res.captured, model.convs)]
     else:
@@ -122,8 +185,11 @@ def run_planned(m: str, model: Model, x: np.ndarray, labels: np.ndarray, impl: s
         if record is not None:
             record.layers = [layercheck.LayerRecord(c.site.index, c.site.layer, c.variant) for c in p.layers]
         engine = gpu.engine_for(p, model, n_gpus)
-        print("New Inference", flush=True)
+        if not minidnn:
+            print("New Inference", flush=True)
+        slot = _student_slot(native.gpu(), p) if minidnn else None
         res = gpu.run_plan(p, engine, x)
+        course_times = _course_times(slot, len(p.layers))  # read before the layer check runs the kernels again
         gv = variants.gpu_variants()
         checks = layercheck.check_gpu_layers(model, x, p.layers, {v.name: v.rtol for v in gv},
                                              {v.name: v.epilogue for v in gv})
@@ -134,7 +200,13 @@ def run_planned(m: str, model: Model, x: np.ndarray, labels: np.ndarray, impl: s
     n = len(layercheck.sample_indices(len(x)))
     lines = ([f"error: {layercheck.failure_line(r)}" for r in bad] if bad else
              [f"Layer check: {len(layers)} conv layer(s) match the reference on {n} images (first and last)"])
-    print_result(res.op_times, acc, model.name, [f"{c.site.layer} {c.variant}" for c in p.layers], lines)
+    if minidnn:
+        # A Mini-DNN student's slot times its calls as the course's framework did (Op Time: conv_forward_gpu alone;
+        # Layer Time: prolog + kernel + epilog); the project's own variants have the engine's op time only.
+        op_ms, layer_ms = course_times if course_times else (res.op_times, None)
+        print_minidnn(edition, p.device, op_ms, layer_ms, acc, lines)
+    else:
+        print_result(res.op_times, acc, model.name, [f"{c.site.layer} {c.variant}" for c in p.layers], lines)
     if record is not None:
         record.layers, record.correctness = layers, float(acc)
         record.exit_reason = "layer check failed" if bad else "ok"
@@ -151,6 +223,7 @@ def _child(argv: list[str]) -> int:
     p.add_argument("--gpus", default="1")
     p.add_argument("--fallback", action="store_true")
     p.add_argument("--record", default=None)
+    p.add_argument("--edition", default=None)
     a = p.parse_args(argv)
     rec: list[layercheck.MilestoneRecord] = []  # filled once the run has one
     trace = profile_hook.child_start()  # only with PYCONV_PROFILE set (`invoke profile`): CUPTI-trace this process
@@ -167,12 +240,16 @@ def _child(argv: list[str]) -> int:
 def _child_run(a: argparse.Namespace, rec: list) -> int:
     try:
         m, batch = check_milestone(a.m), check_batch(a.batch)
-        print("Loading fashion-mnist data...", end=" ", flush=True)
+        ed = editions.get(a.edition) if a.edition else None
+        minidnn = ed is not None and ed.minidnn
+        if minidnn:  # the course's m1.cc .. m3.cc
+            print(f"Test batch size: {batch}")
+        print("Loading fashion-mnist data..." + ("" if minidnn else " "), end="", flush=True)
         model = load_model(a.model)
         x, labels = load_inputs(model, batch)
-        print("done", flush=True)
-        print("Loading model...", end=" ", flush=True)
-        print("done", flush=True)
+        print("Done" if minidnn else "done", flush=True)
+        print("Loading model..." + ("" if minidnn else " "), end="", flush=True)
+        print("Done" if minidnn else "done", flush=True)
         if m == "1":
             from ..engines.framework import run_m1
 
@@ -182,7 +259,7 @@ def _child_run(a: argparse.Namespace, rec: list) -> int:
                 rec.append(layercheck.MilestoneRecord(m, model.name, model.digest(), batch, _device_name(m),
                                                       commit=tags.git_commit(), date=tags.utc_now()))
             if not run_planned(m, model, x, labels, impl=a.impl, gpus=a.gpus, fallback=a.fallback,
-                               record=rec[0] if rec else None):
+                               record=rec[0] if rec else None, edition=ed):
                 return 1
     except (PyconvError, RuntimeError) as e:  # RuntimeError: a native module's own error, one line too
         print(f"error: {one_line(e)}", flush=True)
@@ -245,12 +322,16 @@ def provenance(m: str, model: Model, p: Plan | None, argv: Sequence[str] | None 
     return [f"# {line}" for line in lines]
 
 
-def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None, posix: bool = False,
+def run(m, batch=None, model: str | None = None, impl: str | None = None, posix: bool = False,
         device: str = "both", gpus: str = "1", env: dict | None = None, fallback: bool = False,
         student: str | None = None, record: str | None = None, edition: str | None = None) -> int:
     """Validate, then run the milestone in a child under the /usr/bin/time-style logger. Returns the exit code.
     student: run the modules `invoke build --student DIR` built (PYCONV_NATIVE_DIR for the child). record: the
-    child writes one JSON record of the run there (pyconv.tools.layercheck.MilestoneRecord)."""
+    child writes one JSON record of the run there (pyconv.tools.layercheck.MilestoneRecord). edition: read m in
+    that edition's numbering (pyconv.core.editions; None: the default edition, whose numbering is the project's);
+    model and batch default to the edition's."""
+    chosen = editions.resolve(edition, m, device, model, batch)
+    m, model, batch = chosen.milestone, chosen.model, chosen.batch
     m = check_milestone(m)
     batch = check_batch(batch)
     sdir = None
@@ -262,7 +343,8 @@ def run(m, batch=MAX_BATCH, model: str = DEFAULT_MODEL, impl: str | None = None,
     # Every check that can be made before the child starts is made here, before a log is written: the parent
     # loads the very modules the child will (a student's build through PYCONV_NATIVE_DIR).
     with native_dir_set(sdir):
-        return _run_checked(m, batch, model, impl, posix, device, gpus, env, fallback, student, sdir, record)
+        return _run_checked(m, batch, model, impl, posix, device, gpus, env, fallback, student, sdir, record,
+                            edition, chosen)
 
 
 def student_impl(m: str, impl: str | None) -> str:
@@ -297,14 +379,14 @@ def check_student_variant(student: str, sdir: Path, m: str, impl: str) -> None:
     missing, or its folder's path was split) would otherwise be blamed on --impl."""
     found = variants.cpu_variants() if m == "2" else variants.gpu_variants()
     if impl not in {v.name for v in found}:
-        header = "new-forward.h" if m == "2" else "new-forward.cuh"
+        header = "the student's CPU file" if m == "2" else "the student's GPU file"
         raise PyconvError(f"--student {student}: the build in {sdir} holds no {impl}: {header} was not compiled into "
-                          f"it; run `invoke build --student {student}` again")
+                          f"it; run `invoke build --student {student}` (with its --edition) again")
 
 
 def _run_checked(m: str, batch: int, model: str, impl: str | None, posix: bool, device: str, gpus: str,
                  env: dict | None, fallback: bool, student: str | None, sdir: Path | None,
-                 record: str | None) -> int:
+                 record: str | None, edition: str | None = None, chosen=None) -> int:
     if record is not None:
         if m == "1":
             raise PyconvError("--record: milestone 1 has no plan to record (record 2, 3, 4 or final)")
@@ -345,6 +427,8 @@ def _run_checked(m: str, batch: int, model: str, impl: str | None, posix: bool, 
         argv.append("--fallback")
     if record:
         argv += ["--record", record]
+    if edition is not None:
+        argv += ["--edition", chosen.edition.name]
     planned = None
     if m == "final" and impl is None:
         # Layer shapes this GPU has no evidence for are measured here, before the timed run (a damaged evidence
@@ -355,7 +439,8 @@ def _run_checked(m: str, batch: int, model: str, impl: str | None, posix: bool, 
                                       student_dir=sdir))
     except PyconvError as e:
         header = f"# provenance incomplete: {one_line(e)}"
-    tag = f"m{m}-{Path(model).stem}-b{batch}" + (f"-{impl}" if impl else "")
+    tag = (f"{chosen.edition.name}-m{chosen.label}-" if edition is not None else f"m{m}-") + \
+        f"{Path(model).stem}-b{batch}" + (f"-{impl}" if impl else "")
     timelog.check_log_folder(tag)
     if m != "2":
         # CUDA loads kernels lazily by default: the first launch of each would load its module inside the

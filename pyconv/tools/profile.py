@@ -139,14 +139,16 @@ def read_child_profile(path: Path) -> dict:
     return doc
 
 
-def run_profile(m, batch=10000, model: str | None = None, impl: str | None = None, echo=sys.stdout,
-                **milestone_kwargs) -> int:
+def run_profile(m, batch=None, model: str | None = None, impl: str | None = None, echo=sys.stdout,
+                edition: str | None = None, **milestone_kwargs) -> int:
     """Run a milestone under the CUPTI trace, print the nvprof summary, write the log and its JSON.
+    edition: m in that edition's numbering, its network and batch by default (pyconv.core.editions).
     Returns the milestone's exit code."""
-    from ..core.model import DEFAULT_MODEL
+    from ..core import editions
     from . import milestones
 
-    model = model or DEFAULT_MODEL
+    chosen = editions.resolve(edition, m, milestone_kwargs.get("device"), model, batch)
+    m, model, batch = chosen.milestone, chosen.model, chosen.batch
     m = milestones.check_milestone(m)
     if m == "2":
         raise PyconvError("milestone 2 runs on the CPU: there is nothing for CUPTI to trace "
@@ -157,7 +159,10 @@ def run_profile(m, batch=10000, model: str | None = None, impl: str | None = Non
         env = dict(os.environ, **{ENV_VAR: str(dest)})
         if m == "1":
             milestone_kwargs.setdefault("device", "gpu")  # m1.2 is the part on the GPU: the one to trace
-        code = milestones.run(m, batch=batch, model=model, impl=impl, env=env, **milestone_kwargs)
+        if edition:  # the child reads the label in the edition's numbering and prints as that edition did
+            milestone_kwargs = {**milestone_kwargs, "edition": edition}
+        code = milestones.run(chosen.label if edition else m, batch=batch, model=model, impl=impl, env=env,
+                              **milestone_kwargs)
         if not dest.exists():
             return code  # the child said why (CUPTI unavailable, or the run failed before its end)
         doc = read_child_profile(dest)
