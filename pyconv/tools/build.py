@@ -208,6 +208,7 @@ def build(build_dir: str | None = None, debug: bool = False, clean_first: bool =
     student: a folder holding new-forward.h / new-forward.cuh, compiled as cpu-student / gpu-student into a build
     folder of its own (default build/student-<hash of its path>), the modules written there (run them with
     `invoke milestone --student DIR`). targets: 'a,b' builds only those CMake targets (e.g. _cpu)."""
+    paths.require_checkout("building the native modules")
     arch = check_cuda_arch(cuda_arch) if cuda_arch else ""
     n_jobs = check_jobs(jobs)
     sdir = student_folder(student) if student else None

@@ -93,7 +93,7 @@ def grade(submissions, m="2", runs="3", batches=None, model="ece408", sanitize=F
     # a build's memory is the compilers' (nvcc's cicc and ptxas want a few GiB), not the team's: never below 8 GiB
     build_limits = Limits(wall_s=_positive(timeout_build, "--timeout-build", float), memory_mb=max(mem, 8192))
     date = dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
-    root = paths.ROOT
+    root = paths.ROOT if project else paths.require_checkout("grading (each team's code is built with the project)")
     commit = checkout_commit(root)
     project_argv = None
     if project:

@@ -72,6 +72,8 @@ def _git(root: Path, *args: str, **kw) -> subprocess.CompletedProcess:
 def write_handout(dest, root: Path = paths.ROOT, say=print) -> Path:
     if dest is None:
         raise PyconvError("give the folder to write the handout into: invoke handout --dest DIR")
+    if root == paths.ROOT:
+        paths.require_checkout("writing a handout")
     dest = Path(dest).resolve()
     if dest.exists() and any(dest.iterdir()):
         raise PyconvError(f"{dest} exists and is not empty: the handout goes into a new folder")

@@ -13,6 +13,7 @@ import io
 import statistics
 from pathlib import Path
 
+from ..core import optional
 from ..core.errors import PyconvError
 from ..core.fileio import atomic_path, write_text_atomic
 from ..grading import schema
@@ -93,8 +94,7 @@ def plot(milestone: str, rows: list[dict], median, dest: Path) -> Path | None:
     ranked = [r for r in rows if r["rank"]]
     if not ranked:
         return None
-    import matplotlib
-
+    matplotlib = optional.require("matplotlib", "the leaderboard's plot")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -128,6 +128,7 @@ def write_leaderboard(grades: Path, milestone: str | None = None, out: Path | No
         records = [r for r in records if r["milestone"] == milestone]
     if not records:
         raise PyconvError(f"no grade records{' for milestone ' + milestone if milestone else ''} in {grades}")
+    optional.require("matplotlib", "the leaderboard's plot")  # before any file is written
     out = Path(out) if out else Path(grades)
     written = []
     for m in sorted({r["milestone"] for r in records}, key=MILESTONE_ORDER.get):
