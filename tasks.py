@@ -11,10 +11,12 @@ import os
 import sys
 from pathlib import Path
 
-from invoke import Exit, task
+from invoke import Exit
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
+
+from pyconv.cli.parsing import MAX_BATCH, UsageError, task  # noqa: E402 (after the checkout joins the path)
 
 
 def user_errors(fn):
@@ -69,13 +71,15 @@ def user_errors(fn):
 
 @task(help={"source": "folder holding the four Fashion-MNIST .gz (or raw idx) files; else $FASHION_MNIST_DIR, "
                       "/usr/share/datasets/fashion-mnist (apt package dataset-fashion-mnist), the official URLs",
-            "force": "rebuild datasets/fashion-mnist.h5 even when a valid one exists"})
+            "force": "rebuild datasets/fashion-mnist.h5 even when a valid one exists",
+            "train": "also the 60000 training images (what `invoke train` reads; it prepares them itself if absent)"})
 @user_errors
-def data(c, source=None, force=False):
-    """Fetch and verify Fashion-MNIST, write datasets/fashion-mnist.h5 (28x28 and the course's 48/64/70/72 sets)."""
+def data(c, source=None, force=False, train=False):
+    """Fetch and verify Fashion-MNIST, write datasets/fashion-mnist.h5: the test images the milestones read (28x28
+    and the course's 48/64/70/72 sets); with --train the training images too."""
     from pyconv.core import data as d
 
-    d.prepare(source=source, force=force)
+    d.prepare(source=source, force=force, train=train)
 
 
 @task(help={"build_dir": "CMake build folder (default build/, or build/student-<hash> with --student)", "debug": "Debug instead of Release",
@@ -86,9 +90,9 @@ def data(c, source=None, force=False):
             "student": "a folder holding a student's new-forward.h / new-forward.cuh (a team's submission): compiled "
                        "as cpu-student / gpu-student into a build folder of its own (default build/student-<hash>), "
                        "run with `invoke milestone --student DIR`",
-            "target": "build only these CMake targets, e.g. _cpu (comma-separated)"})
+            "target": "build only these CMake targets, e.g. _cpu (comma-separated)"}, ints={"jobs": (0, None)})
 @user_errors
-def build(c, build_dir=None, debug=False, clean=False, jobs="0", cuda_arch="", portable=False, student=None,
+def build(c, build_dir=None, debug=False, clean=False, jobs=0, cuda_arch="", portable=False, student=None,
           target=None):
     """Configure and build the native modules (pyconv._cpu always, pyconv._gpu when nvcc and cuBLAS are found),
     then import each one: a module that does not load fails the build, naming the missing symbol. Flags apply
@@ -110,16 +114,17 @@ def setup(c, source=None):
 
 @task(help={"symbol": "the MXNet *-symbol.json", "params": "the MXNet *-NNNN.params",
             "name": "name of the new model (written to datasets/models/imported/NAME.h5)",
-            "input_size": "input image size (default: 48, Spring 2019)", "force": "overwrite an imported model"})
+            "input_size": "input image size (default: 48, Spring 2019)", "force": "overwrite an imported model"},
+      ints={"input_size": (1, None)})
 @user_errors
-def import_mxnet(c, symbol=None, params=None, name=None, input_size="48", force=False):
+def import_mxnet(c, symbol=None, params=None, name=None, input_size=48, force=False):
     """Convert an MXNet checkpoint (symbol JSON + .params) into the project's HDF5 model format, without MXNet."""
     from pyconv.core import mxnet_import
     from pyconv.core.checks import check_positive_int
 
     missing = [f"--{flag}" for flag, v in (("symbol", symbol), ("params", params), ("name", name)) if v is None]
     if missing:
-        raise Exit(f"error: {', '.join(missing)} required", code=1)
+        raise UsageError(f"{', '.join(missing)} required")
     size = check_positive_int(input_size, "--input-size")
     path = mxnet_import.import_checkpoint(symbol, params, name, input_size=size, force=force)
     print(f"wrote {path}")
@@ -134,15 +139,16 @@ def import_mxnet(c, symbol=None, params=None, name=None, input_size="48", force=
             "device": "m1 only: cpu, gpu or both", "gpus": "final only: number of GPUs or 'all'",
             "student": "run the modules `invoke build --student DIR` built from DIR's new-forward.h / .cuh "
                        "(name them with --impl cpu-student / gpu-student)",
-            "record": "write one JSON record of the run (per layer: variant, Op Time, check; Correctness) to FILE"})
+            "record": "write one JSON record of the run (per layer: variant, Op Time, check; Correctness) to FILE"},
+      ints={"batch": (1, MAX_BATCH)})
 @user_errors
-def milestone(c, m=None, batch="10000", model="ece408", impl=None, fallback=False, posix=False, device="both",
+def milestone(c, m=None, batch=MAX_BATCH, model="ece408", impl=None, fallback=False, posix=False, device="both",
               gpus="1", student=None, record=None):
     """Run a course milestone: prints Op Time per conv layer and Correctness, logs a /usr/bin/time block."""
     from pyconv.tools import milestones
 
     if m is None:
-        raise Exit("error: --m is required (1, 2, 3, 4 or final)", code=1)
+        raise UsageError("--m is required (1, 2, 3, 4 or final)")
     code = milestones.run(m, batch=batch, model=model, impl=impl, posix=posix, device=device, gpus=gpus,
                           fallback=fallback, student=student, record=record)
     if code:
@@ -152,14 +158,15 @@ def milestone(c, m=None, batch="10000", model="ece408", impl=None, fallback=Fals
 @task(help={"m": "milestone: 2, 3, 4 or final", "batch": "number of images, 1..10000 (default 10000)",
             "model": "model name (default ece408)", "impl": "as for `invoke milestone`",
             "fallback": "as for `invoke milestone`",
-            "gpu": "explain for this GPU by name (e.g. 'NVIDIA H200'; default: the visible one)"})
+            "gpu": "explain for this GPU by name (e.g. 'NVIDIA H200'; default: the visible one)"},
+      ints={"batch": (1, MAX_BATCH)})
 @user_errors
-def plan(c, m=None, batch="10000", model="ece408", impl=None, fallback=False, gpu=None):
+def plan(c, m=None, batch=MAX_BATCH, model="ece408", impl=None, fallback=False, gpu=None):
     """What a milestone would run, and why: the variant per conv layer, the FC math, the precision, the pipeline."""
     from pyconv.tools import milestones
 
     if m is None:
-        raise Exit("error: --m is required (2, 3, 4 or final)", code=1)
+        raise UsageError("--m is required (2, 3, 4 or final)")
     print("\n".join(milestones.explain(m, batch=batch, model=model, impl=impl, fallback=fallback, gpu_name=gpu)))
 
 
@@ -176,14 +183,15 @@ def evidence(c, results=None):
 @task(help={"m": "milestone to profile: 1, 3, 4 or final (2 runs on the CPU: nothing to trace)",
             "batch": "number of test images, 1..10000 (default 10000)",
             "model": "model name (default ece408; `invoke models` lists them)",
-            "impl": "m3/4/final: the GPU convolution variant (default: the milestone's own)"})
+            "impl": "m3/4/final: the GPU convolution variant (default: the milestone's own)"},
+      ints={"batch": (1, MAX_BATCH)})
 @user_errors
-def profile(c, m=None, batch="10000", model="ece408", impl=None):
+def profile(c, m=None, batch=MAX_BATCH, model="ece408", impl=None):
     """nvprof's summary of a milestone (kernels, memcpy/memset, CUDA API calls; `*` = over 90%), via CUPTI."""
     from pyconv.tools import profile as prof
 
     if m is None:
-        raise Exit("error: --m is required (1, 3, 4 or final)", code=1)
+        raise UsageError("--m is required (1, 3, 4 or final)")
     code = prof.run_profile(m, batch=batch, model=model, impl=impl)
     if code:
         raise Exit(code=code)
@@ -213,15 +221,17 @@ def models(c):
             "batch_size": "images per training step (default 64)", "lr": "Adam learning rate (default 0.001)",
             "max_batches": "stop after this many steps in all (for a deliberately under-trained model)",
             "threads": "CPU threads for PyTorch (default 1; the weights depend on it, so it is fixed)",
-            "force": "overwrite an existing model file of that name"})
+            "force": "overwrite an existing model file of that name"},
+      ints={"epochs": (1, None), "seed": (0, None), "batch_size": (1, None), "max_batches": (1, None),
+            "threads": (1, None)})
 @user_errors
-def train(c, arch=None, name=None, epochs="2", seed="0", batch_size="64", lr=None, max_batches=None, threads="1",
+def train(c, arch=None, name=None, epochs=2, seed=0, batch_size=64, lr=None, max_batches=None, threads=1,
           force=False):
     """Train a course network with PyTorch on Fashion-MNIST and write it as a model file (needs PyTorch)."""
     from pyconv.tools import train as t
 
     if arch is None or name is None:
-        raise Exit("error: --arch and --name are required", code=1)
+        raise UsageError("--arch and --name are required")
     path = t.train(arch, name, epochs=epochs, seed=seed, batch_size=batch_size, lr=1e-3 if lr is None else lr,
                    max_batches=max_batches, threads=threads, force=force)
     print(f"wrote {path}")
@@ -239,42 +249,20 @@ def accuracy_table(c):
 
 
 
-def _accept_long_single_letter_flags():
-    """Invoke spells one-letter options `-m` only; the course (and our README) write `--m`. Accept both by
-    registering the same Argument under `--m` whenever a context adds a one-letter option."""
-    from invoke.parser.context import ParserContext
-
-    add_arg = ParserContext.add_arg
-    if getattr(add_arg, "_pyconv", False):
-        return
-
-    def add_arg_also_long(self, *args, **kwargs):
-        add_arg(self, *args, **kwargs)
-        for arg in list(self.args.values()):
-            if len(arg.names[0]) == 1:
-                self.flags.setdefault(f"--{arg.names[0]}", arg)
-
-    add_arg_also_long._pyconv = True
-    ParserContext.add_arg = add_arg_also_long
-
-
-_accept_long_single_letter_flags()
-
-
 @task(help={"tools": "comma-separated compute-sanitizer tools (default: all four: memcheck, racecheck, "
                      "initcheck, synccheck)",
             "variants": "comma-separated GPU variants (default: every registry entry)",
-            "milestone": "GPU milestone also run whole under memcheck: 3, 4, final, or none (default 3)",
+            "m": "GPU milestone also run whole under memcheck: 3, 4, final, or none (default 3)",
             "model": "model of that milestone run (default ece408, else the first available)",
             "batch": "batch of that milestone run, 1..10000 (default 64)",
-            "timeout": "seconds allowed to each sanitized process (default 600)"})
+            "timeout": "seconds allowed to each sanitized process (default 600)"},
+      ints={"batch": (1, MAX_BATCH)}, also={"m": ("milestone",)})
 @user_errors
-def sanitize(c, tools=None, variants=None, milestone="3", model=None, batch="64", timeout="600"):
+def sanitize(c, tools=None, variants=None, m="3", model=None, batch=64, timeout="600"):
     """compute-sanitizer over every GPU variant at edge shapes and one milestone run; fails on any error."""
     from pyconv.tools import sanitize as s
 
-    # batch and timeout stay strings here: the project checks them (Invoke's int cast would print a traceback)
-    code = s.run_sanitize(tools=tools, variants=variants, milestone=milestone, model=model, batch=batch,
+    code = s.run_sanitize(tools=tools, variants=variants, milestone=m, model=model, batch=batch,
                           timeout=timeout)
     if code:
         raise Exit(code=code)
@@ -296,7 +284,8 @@ def sanitize(c, tools=None, variants=None, milestone="3", model=None, batch="64"
             "compiled": "--end-to-end: models also timed against torch.compile max-autotune (FP32, TF32, fp16 "
                         "channels_last; minutes of compilation each): names, 'all' or 'none' (default ece408)",
             "sweep": "our best correct variant against cuDNN FP32, TF32 and FP16 on 40 drawn layer shapes, without and "
-                     "with tanh + max-pool 2/2 (warm-up 2, 5 reps unless given; --batch reduces the batch)"})
+                     "with tanh + max-pool 2/2 (warm-up 2, 5 reps unless given; --batch reduces the batch)"},
+      ints={"batch": (1, MAX_BATCH), "reps": (1, None), "warmup": (0, None)})
 @user_errors
 def bench(c, model=None, batch=None, reps=None, warmup=None, cpu=False, gpu=False, end_to_end=False, out=None,
           variants=None, gpus="1", compiled=None, sweep=False):
@@ -342,11 +331,13 @@ def report(c, json=None, out=None, readme=False):
             "cuda_arch": "passed to each team's build (e.g. 90)",
             "project": "testing the grader: a Python script standing in for the project's command line",
             "keep": "keep each job's scratch folder (its build and logs) for inspection",
-            "jobs_cpus": "CPUs each job asks Ray for (default 1)"})
+            "jobs_cpus": "CPUs each job asks Ray for (default 1)"},
+      ints={"runs": (1, None), "timeout_build": (1, None), "timeout_run": (1, None), "memory_mb": (1, None),
+            "jobs_cpus": (1, None)})
 @user_errors
-def grade(c, submissions=None, m="2", runs="3", batches=None, model="ece408", sanitize=False, cluster=None,
-          grades=None, timeout_build="900", timeout_run="900", memory_mb="8192", cuda_arch="", project=None,
-          keep=False, jobs_cpus="1"):
+def grade(c, submissions=None, m="2", runs=3, batches=None, model="ece408", sanitize=False, cluster=None,
+          grades=None, timeout_build=900, timeout_run=900, memory_mb=8192, cuda_arch="", project=None,
+          keep=False, jobs_cpus=1):
     """Grade every team of a submissions folder at one milestone (on Ray): a JSON record each in results/grades/."""
     from pyconv.tools import grade as g
 
@@ -377,7 +368,7 @@ def handout(c, dest=None):
     from pyconv.tools import handout as h
 
     if dest is None:
-        raise Exit("error: --dest DIR is required (a new folder for the student edition)", code=1)
+        raise UsageError("--dest DIR is required (a new folder for the student edition)")
     h.write_handout(dest)
 
 

@@ -45,11 +45,11 @@ def test_the_teachers_tasks_are_cut_from_tasks_py():
 def test_refusals_are_one_line(tmp_path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
-    for args, msg in ((["--dest", str(tmp_path / "full")], "is not empty"),
-                      (["--dest", str(ROOT / "build" / "handout")], "inside the project's tree"),
-                      ([], "--dest DIR is required")):
+    for args, msg, code in ((["--dest", str(tmp_path / "full")], "is not empty", 1),
+                            (["--dest", str(ROOT / "build" / "handout")], "inside the project's tree", 1),
+                            ([], "--dest DIR is required", 2)):
         r = invoke("handout", *args)
-        assert r.returncode == 1 and msg in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+        assert r.returncode == code and msg in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
 
 
 @needs_slots
