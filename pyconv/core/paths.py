@@ -67,8 +67,9 @@ def require_checkout(what: str) -> Path:
 def describe() -> str:
     """Where things are, for `pyconv --help`."""
     where = "this checkout" if HOME == ROOT else "the per-user data folder"
-    return (f"Files: data, logs, records and bench files in {where} {HOME} (${HOME_ENV} moves it; installed, "
-            f"the default is $XDG_DATA_HOME/pyconv or ~/.local/share/pyconv); shipped models in {MODELS}.")
+    return (f"Files: the data file, logs, records and bench files go to {where}:\n  {HOME}\n"
+            f"(${HOME_ENV} moves it; installed, the default is $XDG_DATA_HOME/pyconv, else ~/.local/share/pyconv).\n"
+            f"Shipped models: {MODELS}")
 
 
 def slug(text: str) -> str:
