@@ -48,7 +48,8 @@ LEFT_OUT = (
     "tests/test_handout.py",
 )
 SLOTS = ("native/student/new-forward.h", "native/student/new-forward.cuh")
-# tasks.py's teachers' tasks sit between these two lines; the handout's tasks.py ends before them
+# The tasks' file: its teachers' tasks sit between these two lines; the handout's copy ends before them
+TASKS_FILE = "pyconv/cli/tasks.py"
 TASKS_BEGIN = "# --- teachers' tasks (left out of a student handout) ---"
 TASKS_END = "# --- end of teachers' tasks ---"
 
@@ -105,7 +106,7 @@ def write_handout(dest, root: Path = paths.ROOT, say=print) -> Path:
                 continue
             tar.extract(m, dest, filter="tar") if hasattr(tarfile, "data_filter") else tar.extract(m, dest)
             kept += m.isfile()
-    tasks = dest / "tasks.py"
+    tasks = dest / TASKS_FILE
     tasks.write_text(strip_teacher_tasks(tasks.read_text()))
     commit = head.stdout.strip()
     env = {**os.environ, "GIT_AUTHOR_NAME": "pyconv handout", "GIT_AUTHOR_EMAIL": "handout@pyconv",
