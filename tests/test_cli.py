@@ -45,6 +45,8 @@ def test_help_spells_the_milestone_flag_once_and_integers_as_int():
 
 @pytest.mark.parametrize("task", ["milestone", "plan", "profile", "sanitize", "grade"])
 def test_every_task_takes_the_milestone_as_dash_dash_m(namespace, task):
+    if task not in namespace.task_names:
+        pytest.skip(f"no {task} task here (a student handout leaves the teachers' tasks out)")
     assert parse(namespace, task, "--m", "3").args["m"].value == "3"
     assert parse(namespace, task, "-m", "3").args["m"].value == "3"  # Invoke's own spelling still works
 
@@ -73,7 +75,9 @@ def test_integer_options_arrive_as_integers(namespace, argv, value):
     (["handout"], "error: --dest DIR is required (a new folder for the student edition)"),
     (["no-such-task"], "error: No idea what 'no-such-task' is!"),
 ])
-def test_usage_errors_are_one_line_with_status_2(argv, said):
+def test_usage_errors_are_one_line_with_status_2(namespace, argv, said):
+    if argv[0] in ("grade", "handout") and argv[0] not in namespace.task_names:
+        pytest.skip(f"no {argv[0]} task here (a student handout leaves the teachers' tasks out)")
     r = invoke(*argv)
     assert r.returncode == parsing.USAGE, (r.returncode, r.stdout, r.stderr)
     assert r.stderr.strip().splitlines() == [said]
