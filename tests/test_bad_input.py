@@ -48,13 +48,14 @@ def files_under(folder: Path) -> list[Path]:
 # ---------------------------------------------------------------------------------------------- invoke data
 def fake_source(folder: Path, damage: str) -> Path:
     """The four Fashion-MNIST file names with content that is not Fashion-MNIST, damaged as asked. The first
-    file `invoke data` reads is the training images, so that is the damaged one."""
+    file `invoke data` reads is the test images (the training images only with --train), so that is the damaged
+    one."""
     folder.mkdir(parents=True)
     rng = np.random.default_rng(7)
     for name, (_, magic, count) in data.FILES.items():
         content = np.array([magic, count], ">u4").tobytes() + rng.integers(0, 256, 4096, np.uint8).tobytes()
         blob = gzip.compress(content)
-        if name == "train-images-idx3-ubyte":
+        if name == "t10k-images-idx3-ubyte":
             if damage == "corrupt":
                 blob = b"\x1f\x8b" + b"this is not gzip data" * 20
             elif damage == "truncated":
@@ -66,7 +67,7 @@ def fake_source(folder: Path, damage: str) -> Path:
 
 
 @pytest.mark.parametrize("damage,msg", [
-    ("missing", "missing train-images-idx3-ubyte"),
+    ("missing", "missing t10k-images-idx3-ubyte"),
     ("corrupt", "corrupt or truncated gzip file"),
     ("truncated", "corrupt or truncated gzip file"),
     ("checksum", "checksum mismatch (SHA-256 of the decompressed content is"),

@@ -331,7 +331,8 @@ def test_sigterm_during_data_leaves_nothing_and_says_so(tmp_path):
     """Class 5: SIGTERM while `invoke data --force` works: one line, 128 + 15, nothing in the destination."""
     src = source_folder()
     dest = tmp_path / "ds"
-    proc = subprocess.Popen([sys.executable, "-m", "invoke", "data", "--force", "--source", str(src)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", "data", "--force", "--train", "--source", str(src)],
+                            cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYCONV_DATASETS": str(dest),
                                  "PYCONV_DATA_FILE": str(dest / "fashion-mnist.h5")})
@@ -503,7 +504,8 @@ def test_a_gzip_bomb_as_source_is_not_inflated(tmp_path):
         (src / f"{name}.gz").write_bytes(gzip.compress(b"x"))
     (src / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(bytes(64 << 20), 9) * 64)
     start = time.monotonic()
-    r = invoke("data", "--source", src, "--force", memory=MEMORY, env={"PYCONV_DATASETS": str(tmp_path / "ds")})
+    r = invoke("data", "--source", src, "--force", "--train", memory=MEMORY,
+               env={"PYCONV_DATASETS": str(tmp_path / "ds")})
     assert_one_line(r, "decompresses to more than 47040016 bytes")
     assert time.monotonic() - start < 60
     assert everything_under(tmp_path / "ds") == []
