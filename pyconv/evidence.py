@@ -183,7 +183,12 @@ def _positive(v, name: str, kind=float):
 
 
 def path_for(gpu_name: str, folder: str | os.PathLike | None = None) -> Path:
-    return Path(folder or paths.EVIDENCE) / f"{paths.slug(gpu_name)}.json"
+    """The GPU's evidence file in `folder`; by default the one `invoke bench` wrote, else the shipped one."""
+    name = f"{paths.slug(gpu_name)}.json"
+    if folder is not None:
+        return Path(folder) / name
+    own = paths.EVIDENCE / name
+    return own if own.exists() or not (paths.SHIPPED_EVIDENCE / name).exists() else paths.SHIPPED_EVIDENCE / name
 
 
 MAX_FILE_BYTES = 64 << 20  # an evidence file is kilobytes

@@ -26,8 +26,9 @@ ENV_DIR = "PYCONV_NATIVE_DIR"
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 # What each module is and what building it needs: the words the "not built" error uses.
-WHAT = {"_cpu": ("the native CPU module", "run `invoke build`"),
-        "_gpu": ("the CUDA module", "run `invoke build` on a machine with nvcc and cuBLAS"),
+WHAT = {"_cpu": ("the native CPU module", "run `invoke build` (or `pip install .`)"),
+        "_gpu": ("the CUDA module", "run `invoke build` on a machine with nvcc and cuBLAS (or `pip install` with "
+                 "-Ccmake.define.PYCONV_GPU=ON)"),
         "_cupti": ("the CUPTI trace module", "run `invoke build` with a CUDA toolkit that has CUPTI")}
 
 
@@ -97,17 +98,19 @@ def module(name: str) -> ModuleType:
         return mod
     folder = native_dir()
     path = _file_of(name, folder)
+    if path is None and folder == PACKAGE_DIR:
+        # An editable install (`pip install -e .`) keeps the modules it built in its own folder, found through the
+        # import system; modules `invoke build` wrote into the checkout's pyconv/ take precedence (found above).
+        spec = importlib.util.find_spec(full)
+        path = Path(spec.origin) if spec is not None and spec.origin else None
     if path is None:
         where = f"${ENV_DIR} = {folder}" if folder != PACKAGE_DIR else "the pyconv package"
         raise NotBuilt(f"{what} pyconv.{name} is not built (no {name} module in {where}); {how}")
     try:
-        if folder == PACKAGE_DIR:
-            mod = importlib.import_module(full)
-        else:
-            spec = importlib.util.spec_from_file_location(full, path)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            sys.modules[full] = mod  # `from pyconv import _gpu` anywhere now finds this build
+        spec = importlib.util.spec_from_file_location(full, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        sys.modules[full] = mod  # `from pyconv import _gpu` anywhere now finds this build
     except ImportError as e:
         raise LoadFailed(explain_load_error(name, path, e)) from None
     return mod

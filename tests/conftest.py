@@ -26,6 +26,8 @@ def have_data() -> bool:
 needs_data = pytest.mark.skipif(not have_data(), reason="datasets/fashion-mnist.h5 missing (run `invoke data`)")
 needs_course = pytest.mark.skipif(not COURSE_PARAMS.exists(), reason="course checkpoint not present")
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch not installed")
+needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
+                                      reason="matplotlib not installed (the `bench` or `grade` extra)")
 
 
 @pytest.fixture(scope="session")

@@ -31,9 +31,10 @@ def invoke(*args, env=None, timeout=600):
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
-def assert_one_line(r, msg: str):
+def assert_one_line(r, msg: str, code: int = 1):
+    """One line on stderr naming msg, exit status `code` (2: a usage error, pyconv.cli.parsing)."""
     out = r.stdout + r.stderr
-    assert r.returncode == 1, f"exit {r.returncode}\n{out}"
+    assert r.returncode == code, f"exit {r.returncode}\n{out}"
     assert "Traceback" not in out, out
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, f"expected one line on stderr, got:\n{r.stderr}"
@@ -47,13 +48,14 @@ def files_under(folder: Path) -> list[Path]:
 # ---------------------------------------------------------------------------------------------- invoke data
 def fake_source(folder: Path, damage: str) -> Path:
     """The four Fashion-MNIST file names with content that is not Fashion-MNIST, damaged as asked. The first
-    file `invoke data` reads is the training images, so that is the damaged one."""
+    file `invoke data` reads is the test images (the training images only with --train), so that is the damaged
+    one."""
     folder.mkdir(parents=True)
     rng = np.random.default_rng(7)
     for name, (_, magic, count) in data.FILES.items():
         content = np.array([magic, count], ">u4").tobytes() + rng.integers(0, 256, 4096, np.uint8).tobytes()
         blob = gzip.compress(content)
-        if name == "train-images-idx3-ubyte":
+        if name == "t10k-images-idx3-ubyte":
             if damage == "corrupt":
                 blob = b"\x1f\x8b" + b"this is not gzip data" * 20
             elif damage == "truncated":
@@ -65,7 +67,7 @@ def fake_source(folder: Path, damage: str) -> Path:
 
 
 @pytest.mark.parametrize("damage,msg", [
-    ("missing", "missing train-images-idx3-ubyte"),
+    ("missing", "missing t10k-images-idx3-ubyte"),
     ("corrupt", "corrupt or truncated gzip file"),
     ("truncated", "corrupt or truncated gzip file"),
     ("checksum", "checksum mismatch (SHA-256 of the decompressed content is"),
@@ -179,35 +181,36 @@ def test_sanitize_refuses_a_damaged_model_before_the_gpu(tmp_path):
 
 
 # --------------------------------------------------------------------------------------- names and numbers
-@pytest.mark.parametrize("args,msg", [
-    (["profile", "--m", "3", "--batch", "0"], "batch must be an integer between 1 and 10000, got 0"),
-    (["profile", "--m", "3", "--batch", "abc"], "batch must be an integer between 1 and 10000, got 'abc'"),
-    (["profile", "--m", "3", "--batch", "1.5"], "got '1.5'"),
-    (["profile", "--m", "3", "--batch", "10001"], "got 10001"),
-    (["profile", "--m", "7"], "unknown milestone '7'"),
-    (["profile", "--m", "2"], "milestone 2 runs on the CPU: there is nothing for CUPTI to trace"),
-    (["profile", "--m", "3", "--model", "no-such-model"], "unknown model 'no-such-model'"),
-    (["milestone", "--m", "4", "--model", "no-such-model"], "unknown model 'no-such-model'"),
-    (["milestone", "--m", "final", "--batch", "-3"], "got -3"),
-    (["milestone", "--m", "2", "--impl", "cpu-fastest"], f"--impl must be one of {', '.join([*CPU, 'numpy'])}"),
-    (["bench", "--cpu", "--batch", "0"], "batch must be an integer between 1 and 10000, got 0"),
-    (["bench", "--cpu", "--batch", "abc"], "batch must be an integer between 1 and 10000, got 'abc'"),
-    (["bench", "--cpu", "--reps", "x"], "--reps must be an integer >= 1, got 'x'"),
-    (["bench", "--cpu", "--model", "no-such-model"], "unknown model 'no-such-model'"),
-    (["bench", "--cpu", "--variants", "gpu-imaginary"], "unknown variant(s) gpu-imaginary (known: gpu-"),
-    (["sanitize", "--tools", "memcheck,leakcheck"], "unknown sanitizer tool 'leakcheck'"),
-    (["sanitize", "--batch", "0"], "batch must be an integer between 1 and 10000, got 0"),
-    (["sanitize", "--batch", "abc"], "batch must be an integer between 1 and 10000, got 'abc'"),
-    (["sanitize", "--timeout", "soon"], "--timeout must be a positive number of seconds, got 'soon'"),
-    (["sanitize", "--milestone", "2"], "--milestone 2: the sanitizer runs a GPU milestone"),
-    (["sanitize", "--model", "no-such-model"], "unknown model 'no-such-model'"),
+@pytest.mark.parametrize("args,msg,code", [
+    (["profile", "--m", "3", "--batch", "0"], "batch must be an integer between 1 and 10000, got 0", 2),
+    (["profile", "--m", "3", "--batch", "abc"], "batch must be an integer between 1 and 10000, got 'abc'", 2),
+    (["profile", "--m", "3", "--batch", "1.5"], "got '1.5'", 2),
+    (["profile", "--m", "3", "--batch", "10001"], "got 10001", 2),
+    (["profile", "--m", "7"], "unknown milestone '7'", 1),
+    (["profile", "--m", "2"], "milestone 2 runs on the CPU: there is nothing for CUPTI to trace", 1),
+    (["profile", "--m", "3", "--model", "no-such-model"], "unknown model 'no-such-model'", 1),
+    (["milestone", "--m", "4", "--model", "no-such-model"], "unknown model 'no-such-model'", 1),
+    (["milestone", "--m", "final", "--batch", "-3"], "got -3", 2),
+    (["milestone", "--m", "2", "--impl", "cpu-fastest"], f"--impl must be one of {', '.join([*CPU, 'numpy'])}", 1),
+    (["bench", "--cpu", "--batch", "0"], "batch must be an integer between 1 and 10000, got 0", 2),
+    (["bench", "--cpu", "--batch", "abc"], "batch must be an integer between 1 and 10000, got 'abc'", 2),
+    (["bench", "--cpu", "--reps", "x"], "--reps must be an integer >= 1, got 'x'", 2),
+    (["bench", "--cpu", "--model", "no-such-model"], "unknown model 'no-such-model'", 1),
+    (["bench", "--cpu", "--variants", "gpu-imaginary"], "unknown variant(s) gpu-imaginary (known: gpu-", 1),
+    (["sanitize", "--tools", "memcheck,leakcheck"], "unknown sanitizer tool 'leakcheck'", 1),
+    (["sanitize", "--batch", "0"], "batch must be an integer between 1 and 10000, got 0", 2),
+    (["sanitize", "--batch", "abc"], "batch must be an integer between 1 and 10000, got 'abc'", 2),
+    (["sanitize", "--timeout", "soon"], "--timeout must be a positive number of seconds, got 'soon'", 1),
+    (["sanitize", "--milestone", "2"], "--m 2: the sanitizer runs a GPU milestone", 1),  # the older spelling
+    (["sanitize", "--m", "2"], "--m 2: the sanitizer runs a GPU milestone", 1),
+    (["sanitize", "--model", "no-such-model"], "unknown model 'no-such-model'", 1),
 ])
-def test_bad_names_and_numbers(tmp_path, args, msg):
+def test_bad_names_and_numbers(tmp_path, args, msg, code):
     if args[0] == "sanitize":
         pytest.importorskip("pyconv._gpu")  # without the module the task says that first, in one line too
     results_before = files_under(ROOT / "results")
     r = invoke(*args, env={"PYCONV_LOGS": str(tmp_path)})
-    assert_one_line(r, msg)
+    assert_one_line(r, msg, code)
     assert files_under(tmp_path) == []
     assert files_under(ROOT / "results") == results_before, "a refused run must write no result file"
 

@@ -100,7 +100,7 @@ def test_older_file_is_rebuilt_with_one_line_saying_why(tmp_path, monkeypatch, c
     dest = _old_file(tmp_path / "fm.h5")
     assert data.why_invalid(dest) == (f"{dest} has format version 1, this build writes version {data.VERSION} "
                                       "(image sizes 28)")
-    data.prepare(source=src, dest=dest)
+    data.prepare(source=src, dest=dest, train=True)
     said = [ln for ln in capsys.readouterr().out.splitlines() if "version" in ln]
     assert said == [f"rebuilding: {dest} has format version 1, this build writes version {data.VERSION} "
                     "(image sizes 28)"]
@@ -115,10 +115,39 @@ def test_reading_an_older_file_says_to_run_invoke_data(tmp_path, monkeypatch):
         data.load_test(28, 5)
 
 
-def test_incomplete_file_names_what_is_missing(tmp_path):
+def test_incomplete_file_names_what_is_missing(tmp_path, monkeypatch):
     dest = _old_file(tmp_path / "fm.h5", version=data.VERSION)
-    assert data.why_invalid(dest) == f"{dest}: train/labels is missing or not 60000 labels"
+    assert data.why_invalid(dest) == f"{dest}: test/images_48 is missing or not 10000 images of 48x48"
+    monkeypatch.setattr(data, "SIZES", (28,))
+    assert data.why_invalid(dest) is None  # the test split is all the milestones read
+    assert data.why_invalid(dest, data.WITH_TRAIN) == f"{dest}: train/labels is missing or not 60000 labels"
     assert data.why_invalid(tmp_path / "none.h5") == f"{tmp_path / 'none.h5'} does not exist"
+
+
+def test_training_set_is_written_only_when_asked(tmp_path, monkeypatch, capsys):
+    src = _source_dir()
+    monkeypatch.setattr(data, "SIZES", (28,))  # the logic without minutes of resizing
+    dest = tmp_path / "fm.h5"
+    data.prepare(source=src, dest=dest)
+    with h5py.File(dest) as f:
+        assert "train" not in f and f["test/images_28"].shape == (10000, 28, 28)
+    with pytest.raises(PyconvError, match=r"holds no training set: run `invoke data --train`$"):
+        data.check(28, "train", dest)
+    data.prepare(source=src, dest=dest, train=True)
+    with h5py.File(dest) as f:
+        assert f["train/images_28"].shape == (60000, 28, 28) and f["train/labels"].shape == (60000,)
+    capsys.readouterr()
+    data.prepare(dest=dest)  # a file holding both splits is up to date for the milestones too
+    assert "up to date" in capsys.readouterr().out
+
+
+def test_a_test_only_source_folder_is_enough_for_the_test_split(tmp_path):
+    src = _source_dir()
+    for name in data.files_for(data.TEST_ONLY):
+        shutil.copy(data._find_in(src, name), tmp_path)
+    assert data.locate(tmp_path, data.TEST_ONLY) == tmp_path
+    with pytest.raises(PyconvError, match="missing train-images-idx3-ubyte"):
+        data.locate(tmp_path, data.WITH_TRAIN)
 
 
 @needs_data

@@ -421,7 +421,7 @@ def data_worker(tmp_path):
        st.sampled_from(["bytes", "bytes", "bomb", "sparse", "devzero", "fifo", "folder", "empty"]), byte_edit)
 @fuzz_settings(80)
 def test_fuzz_idx_files(data_worker, bomb, victim, gzipped, kind, edit):
-    """`invoke data --source DIR --force` with one of the four files mutated (or replaced by a gzip bomb, a
+    """`invoke data --source DIR --force --train` with one of the four files mutated (or replaced by a gzip bomb, a
     huge sparse file, /dev/zero, a FIFO, a folder): one line, nothing written."""
     scratch = data_worker.scratch
     src = scratch / "src"
@@ -449,7 +449,7 @@ def test_fuzz_idx_files(data_worker, bomb, victim, gzipped, kind, edit):
         else:
             target.write_bytes(b"")
     before = tree_digest(src)
-    status, out, err = data_worker.run("data", "--source", src, "--force")
+    status, out, err = data_worker.run("data", "--source", src, "--force", "--train")  # all four files read
     check_outcome(status, out, err, "invoke data")
     assert status == 1, "fake Fashion-MNIST files must never be accepted"
     assert leftovers(scratch / "datasets") == []

@@ -6,6 +6,7 @@ allocates without bound, and the untouched skeleton)."""
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import os
 import subprocess
@@ -211,14 +212,14 @@ def test_a_gpu_milestone_without_a_gpu_is_one_line(tmp_path):
 
 
 def test_grade_rejects_bad_input_in_one_line(tmp_path):
-    for args, msg in ((["--submissions", str(tmp_path / "none")], "no such folder"),
-                      (["--submissions", str(TEAMS), "--m", "1"], "--m must be one of"),
-                      (["--submissions", str(TEAMS), "--runs", "0"], "--runs must be a positive"),
-                      (["--submissions", str(TEAMS), "--batches", "10,x"], "--batches"),
-                      (["--submissions", str(TEAMS), "--sanitize"], "milestones 3, 4 and final only")):
+    for args, msg, code in ((["--submissions", str(tmp_path / "none")], "no such folder", 1),
+                            (["--submissions", str(TEAMS), "--m", "1"], "--m must be one of", 1),
+                            (["--submissions", str(TEAMS), "--runs", "0"], "--runs must be an integer >= 1", 2),
+                            (["--submissions", str(TEAMS), "--batches", "10,x"], "--batches", 1),
+                            (["--submissions", str(TEAMS), "--sanitize"], "milestones 3, 4 and final only", 1)):
         r = subprocess.run([sys.executable, "-m", "invoke", "grade", *args], cwd=ROOT, capture_output=True,
                            text=True, timeout=120)
-        assert r.returncode == 1 and msg in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+        assert r.returncode == code and msg in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
 
 
 # --- the whole thing over the fixture teams
@@ -258,6 +259,9 @@ def test_grade_the_fixture_teams_on_embedded_ray_then_the_leaderboard(tmp_path):
 
     lb_run = subprocess.run([sys.executable, "-m", "invoke", "leaderboard", "--grades", str(tmp_path / "grades")],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if importlib.util.find_spec("matplotlib") is None:  # the leaderboard's plot needs the `grade` extra
+        assert lb_run.returncode == 1 and "pip install 'pyconv-ece408[bench]' or [grade]" in lb_run.stderr
+        return
     assert lb_run.returncode == 0, lb_run.stderr
     with (tmp_path / "grades" / "leaderboard-m2.csv").open() as f:
         rows = list(csv.DictReader(f))

@@ -35,7 +35,7 @@ def test_what_is_left_out():
 
 
 def test_the_teachers_tasks_are_cut_from_tasks_py():
-    text = (ROOT / "tasks.py").read_text()
+    text = (ROOT / h.TASKS_FILE).read_text()
     cut = h.strip_teacher_tasks(text)
     assert "def grade(" in text and "def grade(" not in cut and "def leaderboard(" not in cut
     assert "def handout(" not in cut and "def milestone(" in cut
@@ -45,11 +45,11 @@ def test_the_teachers_tasks_are_cut_from_tasks_py():
 def test_refusals_are_one_line(tmp_path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
-    for args, msg in ((["--dest", str(tmp_path / "full")], "is not empty"),
-                      (["--dest", str(ROOT / "build" / "handout")], "inside the project's tree"),
-                      ([], "--dest DIR is required")):
+    for args, msg, code in ((["--dest", str(tmp_path / "full")], "is not empty", 1),
+                            (["--dest", str(ROOT / "build" / "handout")], "inside the project's tree", 1),
+                            ([], "--dest DIR is required", 2)):
         r = invoke("handout", *args)
-        assert r.returncode == 1 and msg in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+        assert r.returncode == code and msg in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
 
 
 @needs_slots
@@ -62,7 +62,7 @@ def test_the_handout_holds_skeletons_and_no_answers(tmp_path):
     assert not any(f.startswith(("pyconv/grading/", "tests/fixtures/teams/", "tests/fixtures/student/")) for f in files)
     for slot in h.SLOTS:
         assert variants.holds_skeleton((out / slot).read_text(), slot)
-    assert "def grade(" not in (out / "tasks.py").read_text()
+    assert "def grade(" not in (out / h.TASKS_FILE).read_text()
     log = subprocess.run(["git", "-C", str(out), "log", "--oneline"], capture_output=True, text=True).stdout
     assert len(log.splitlines()) == 1 and "student edition" in log
 

@@ -25,6 +25,7 @@ LAYERS = [
     ("first-use measuring", ["pyconv.measure"]),  # final's own bench of a shape it has no evidence for
     ("grading", ["pyconv.grading"]),
     ("tools", ["pyconv.tools"]),
+    ("command line", ["pyconv.cli", "pyconv.__main__"]),  # the Invoke tasks and the `pyconv` program over them
 ]
 
 

@@ -35,15 +35,16 @@ def invoke(*args, env=None, timeout=600):
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["milestone", "--m", "7"], "unknown milestone '7'"),
-    (["milestone", "--m", "2", "--batch", "0"], "batch must be an integer between 1 and 10000, got 0"),
-    (["milestone", "--m", "2", "--batch", "abc"], "batch must be an integer"),
-    (["milestone", "--m", "2", "--batch", "10001"], "got 10001"),
-    (["milestone", "--m", "2", "--model", "nope"], "unknown model 'nope'"),
-    (["milestone", "--m", "2", "--impl", "gpu-student", "--model", "MODEL"], "--impl must be one of"),
+@pytest.mark.parametrize("args,msg,code", [
+    (["milestone", "--m", "7"], "unknown milestone '7'", 1),
+    (["milestone", "--m", "2", "--batch", "0"], "--batch must be an integer between 1 and 10000, got 0", 2),
+    (["milestone", "--m", "2", "--batch", "abc"], "--batch must be an integer", 2),
+    (["milestone", "--m", "2", "--batch", "10001"], "got 10001", 2),
+    (["milestone", "--batch", "100"], "--m is required", 2),
+    (["milestone", "--m", "2", "--model", "nope"], "unknown model 'nope'", 1),
+    (["milestone", "--m", "2", "--impl", "gpu-student", "--model", "MODEL"], "--impl must be one of", 1),
 ])
-def test_cli_bad_input_is_one_line(args, msg, tmp_path):
+def test_cli_bad_input_is_one_line(args, msg, code, tmp_path):
     from pyconv.core.model import available_models
 
     if "MODEL" in args:
@@ -51,7 +52,7 @@ def test_cli_bad_input_is_one_line(args, msg, tmp_path):
             pytest.skip("no model available")
         args = [available_models()[0] if a == "MODEL" else a for a in args]
     r = invoke(*args, env={"PYCONV_LOGS": str(tmp_path)})
-    assert r.returncode == 1
+    assert r.returncode == code, r.stderr
     assert msg in r.stderr
     assert "Traceback" not in r.stderr + r.stdout
     assert len(r.stderr.strip().splitlines()) == 1

@@ -12,6 +12,7 @@ import os
 import re
 
 import pytest
+from conftest import needs_matplotlib
 
 from pyconv.bench import goals, gpu_layers, roofline, timing
 from pyconv.bench import run as bench
@@ -100,6 +101,7 @@ def bench_json(tmp_path):
     return path
 
 
+@needs_matplotlib
 def test_report_page_and_plots(bench_json, tmp_path):
     out = tmp_path / "out" / "report.md"
     dest, pngs = report.write_report(bench_json, out)
@@ -333,6 +335,7 @@ def test_readme_without_proper_markers_is_left_alone(tmp_path, text):
     assert readme.read_text() == text
 
 
+@needs_matplotlib
 def test_cpu_only_result_renders(tmp_path):
     r = synthetic_result()
     r.update({"parts": ["cpu"], "gpu": None, "roofline": None, "layers": [], "end_to_end": []})
@@ -397,6 +400,7 @@ def test_summary_takes_every_file_and_the_newer_cell():
     assert "a-old.json" in sources and "b-new.json" in sources
 
 
+@needs_matplotlib
 def test_the_page_shows_every_bench_file_newest_first(tmp_path):
     a, b = synthetic_result(), synthetic_result()
     b["date"] = "2001-01-01T00:00:00+00:00"

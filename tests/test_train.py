@@ -75,8 +75,8 @@ def test_torch_missing(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(PyconvError) as e:
         train.train("sp19", "m", epochs=1, dest=tmp_path / "m.h5", progress=False)
-    assert str(e.value) == ("PyTorch is not installed: pip install -r requirements-torch.txt "
-                            "(or pip install .[torch])")
+    assert str(e.value) == ("PyTorch is not installed: pip install 'pyconv-ece408[torch]' "
+                            "(in a checkout: pip install -e '.[torch]')")
 
 
 @needs_torch

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core import optional
 from ..core.errors import PyconvError
 
 # NVBench's defaults (the "stdrel" criterion stops at 0.5 % noise, within 0.5 s of samples; a state gives up after
@@ -70,8 +71,12 @@ def loadable() -> tuple[bool, str]:
     """(True, version) when cuda-bench imports and starts here (a fresh process can run it), else (False, why)."""
     try:
         bench = _module()
+    except ModuleNotFoundError as e:
+        if e.name in ("cuda", "cuda.bench"):
+            return False, f"cuda-bench is not installed ({optional.install_hint('cuda.bench')})"
+        return False, f"cuda-bench not loadable ({e})"
     except ImportError as e:
-        return False, f"cuda-bench not installed or not loadable ({e})"
+        return False, f"cuda-bench not loadable ({e})"
     except Exception as e:  # the extension's cuInit fails without a driver: a RuntimeError of its own
         return False, f"cuda-bench cannot start ({type(e).__name__}: {e})"
     return True, str(getattr(bench, "__version__", "?"))

@@ -13,7 +13,9 @@ image, without the generator; it is made here by the same generator as the other
 resampling (bilinear, the 28x28 image scaled up by 86/28 = 3.07 to the network's input).
 
 The file carries a format version; a file of another version (e.g. one written before a set was added) is
-rebuilt by `prepare`, which says why in one line.
+rebuilt by `prepare`, which says why in one line. It holds the test split (what the milestones read) and, when
+training asked for it (`invoke data --train`, or `invoke train` preparing its own), the training split too: a
+file with both, as earlier builds wrote it, is read as before.
 """
 
 from __future__ import annotations
@@ -42,10 +44,10 @@ URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
 
 # name -> (SHA-256 of the decompressed idx file, idx magic, count)
 ROWS = COLS = 28
-# What the written file takes (gzip level 1 over the sizes): 642 MB for version 2 here, 854 MB for version 3 (the
-# 86x86 sets add 212 MB). Checked (a little under it) before the resizing starts, so a disk that cannot hold it
-# fails in seconds, not after the work; the exact size is checked again before the write.
-EXPECTED_FILE_BYTES = 800 << 20
+# What each split takes in the written file (gzip level 1 over the six sizes; version 2's five sizes took 642 MB for
+# both here, and the 86x86 sets add about a third). Checked (a little under it) before the resizing starts, so a
+# disk that cannot hold it fails in seconds, not after the work; the exact size is checked again before the write.
+EXPECTED_BYTES = {"test": 110 << 20, "train": 670 << 20}
 MAX_DOWNLOAD = 64 << 20  # the largest official .gz (training images) is 26 MB
 FILES = {
     "train-images-idx3-ubyte": ("c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888", 2051, 60000),
@@ -62,8 +64,18 @@ def _find_in(folder: Path, name: str) -> Path | None:
     return None
 
 
-def _folder_has_all(folder: Path) -> bool:
-    return folder.is_dir() and all(_find_in(folder, n) for n in FILES)
+SPLITS = {"test": "t10k", "train": "train"}  # split -> the prefix of its idx files
+TEST_ONLY = ("test",)
+WITH_TRAIN = ("test", "train")
+
+
+def files_for(splits=WITH_TRAIN) -> list[str]:
+    """The idx files holding these splits."""
+    return [n for n in FILES if n.split("-")[0] in {SPLITS[s] for s in splits}]
+
+
+def _folder_has_all(folder: Path, names=None) -> bool:
+    return folder.is_dir() and all(_find_in(folder, n) for n in (FILES if names is None else names))
 
 
 def _apt_install() -> bool:
@@ -71,9 +83,9 @@ def _apt_install() -> bool:
     return system_packages.install([APT_PACKAGE]) and _folder_has_all(SYSTEM_DIR)
 
 
-def _download(dest: Path) -> None:
+def _download(dest: Path, names=None) -> None:
     dest.mkdir(parents=True, exist_ok=True)
-    for name in FILES:
+    for name in FILES if names is None else names:
         target = dest / f"{name}.gz"
         if target.exists():
             continue
@@ -92,25 +104,26 @@ def _download(dest: Path) -> None:
                 f"{APT_PACKAGE}") from None
 
 
-def locate(source: str | os.PathLike | None = None) -> Path:
-    """The folder holding the four files, by the documented order of sources."""
+def locate(source: str | os.PathLike | None = None, splits=WITH_TRAIN) -> Path:
+    """The folder holding the files of these splits, by the documented order of sources."""
+    names = files_for(splits)
     if source is not None:
         folder = Path(source)
-        if not _folder_has_all(folder):
-            missing = [n for n in FILES if not _find_in(folder, n)]
+        if not _folder_has_all(folder, names):
+            missing = [n for n in names if not _find_in(folder, n)]
             raise PyconvError(f"--source {folder}: missing {', '.join(missing)} (.gz or raw idx)")
         return folder
     env = os.environ.get("FASHION_MNIST_DIR")
     if env:
         folder = Path(env)
-        if not _folder_has_all(folder):
-            missing = [n for n in FILES if not _find_in(folder, n)]
+        if not _folder_has_all(folder, names):
+            missing = [n for n in names if not _find_in(folder, n)]
             raise PyconvError(f"$FASHION_MNIST_DIR={folder}: missing {', '.join(missing)} (.gz or raw idx)")
         return folder
-    if _folder_has_all(SYSTEM_DIR) or _apt_install():
+    if _folder_has_all(SYSTEM_DIR, names) or _apt_install():
         return SYSTEM_DIR
     raw = paths.DATASETS / "raw"
-    _download(raw)
+    _download(raw, names)
     return raw
 
 
@@ -192,9 +205,9 @@ def problem(f: h5py.File, split: str, size: int) -> str:
     return ""
 
 
-def why_invalid(path: Path | None = None) -> str | None:
-    """None for a complete file of this format and version (every split, every size, the right counts and
-    dtypes); else one line saying what is wrong with it. Default: the project's data file."""
+def why_invalid(path: Path | None = None, splits=TEST_ONLY) -> str | None:
+    """None for a file of this format and version holding these splits complete (every size, the right counts and
+    dtypes); else one line saying what is wrong with it. Default: the project's data file, the test split."""
     path = Path(path or paths.DATA_FILE)
     try:
         if path.exists() and not path.is_file():  # a FIFO would block the open, a folder fail inside HDF5
@@ -206,7 +219,7 @@ def why_invalid(path: Path | None = None) -> str | None:
             if version != VERSION:
                 return (f"{path} has format version {version}, this build writes version {VERSION} "
                         f"(image sizes {', '.join(map(str, SIZES))})")
-            for split in COUNTS:
+            for split in splits:
                 for s in SIZES:
                     why = problem(f, split, s)
                     if why:
@@ -222,14 +235,17 @@ def is_valid(path: Path | None = None) -> bool:
     return why_invalid(path) is None
 
 
-def prepare(source: str | os.PathLike | None = None, force: bool = False, dest: Path | None = None) -> Path:
-    """Write datasets/fashion-mnist.h5 (atomically); do nothing when a valid one is there (unless force).
+def prepare(source: str | os.PathLike | None = None, force: bool = False, dest: Path | None = None,
+            train: bool = False) -> Path:
+    """Write datasets/fashion-mnist.h5 (atomically) with the test split, and the training split too with train;
+    do nothing when a valid one holding them is there (unless force).
 
     An explicit source is checked even then (a mistyped folder is named, not ignored). The destination's
     folder and free space are checked before the minute of reading and resizing, not after it."""
     dest = Path(dest or paths.DATA_FILE)
-    folder = locate(source) if source is not None else None
-    why = why_invalid(dest)
+    splits = WITH_TRAIN if train else TEST_ONLY
+    folder = locate(source, splits) if source is not None else None
+    why = why_invalid(dest, splits)
     if not force and why is None:
         print(f"{dest} is up to date" + (f" (--source {folder} not read; --force rebuilds from it)"
                                          if folder else ""))
@@ -237,16 +253,17 @@ def prepare(source: str | os.PathLike | None = None, force: bool = False, dest: 
     if why is not None and dest.exists():
         print(f"rebuilding: {why}", flush=True)
     check_writable(dest, "data file")
-    check_free_space(dest.parent, EXPECTED_FILE_BYTES, f"writing {dest}")
-    folder = folder or locate(source)
+    check_free_space(dest.parent, sum(EXPECTED_BYTES[s] for s in splits), f"writing {dest}")
+    folder = folder or locate(source, splits)
     print(f"reading Fashion-MNIST from {folder}", flush=True)
-    arrays = {n: read_idx(_find_in(folder, n), n) for n in FILES}
+    arrays = {n: read_idx(_find_in(folder, n), n) for n in files_for(splits)}
 
     def fill(f):
         f.attrs["format"] = FORMAT
         f.attrs["version"] = VERSION
         f.attrs["source_sha256"] = [FILES[n][0] for n in FILES]
-        for split, prefix in (("train", "train"), ("test", "t10k")):
+        for split in splits:
+            prefix = SPLITS[split]
             images = arrays[f"{prefix}-images-idx3-ubyte"]
             f.create_dataset(f"{split}/labels", data=arrays[f"{prefix}-labels-idx1-ubyte"])
             for s in SIZES:
@@ -282,6 +299,8 @@ def check(size: int, split: str = "test", path: Path | None = None) -> None:
             if version != VERSION:
                 raise PyconvError(f"{path} has format version {version}, this build reads version {VERSION} "
                                   f"(image sizes {', '.join(map(str, SIZES))}): run `invoke data`")
+            if split == "train" and "train" not in f:
+                raise PyconvError(f"{path} holds no training set: run `invoke data --train`")
             why = problem(f, split, size)
             if not why:
                 labels = f[f"{split}/labels"][()]
@@ -321,6 +340,12 @@ def load_test(size: int, count: int | None = None) -> tuple[np.ndarray, np.ndarr
 def load_train(size: int) -> tuple[np.ndarray, np.ndarray]:
     """The 60000 training images, uint8 [N][1][S][S], and their labels (int64)."""
     return _load("train", size, None)
+
+
+def prepare_train() -> None:
+    """The training split in the data file, written now (with the test split) when it is not there yet."""
+    if why_invalid(splits=WITH_TRAIN) is not None:
+        prepare(train=True)
 
 
 def accuracy(pred: np.ndarray, labels: np.ndarray) -> float:

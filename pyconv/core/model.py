@@ -379,7 +379,7 @@ def read_model_file(path: str | Path) -> Model:
 
 def model_path(name: str) -> Path:
     if MODEL_NAME_RE.fullmatch(name):
-        for folder in (paths.MODELS, paths.IMPORTED_MODELS):
+        for folder in paths.model_folders():
             p = folder / f"{name}.h5"
             if p.exists():
                 return p
@@ -390,7 +390,7 @@ def available_models() -> list[str]:
     """Models by name: regular files NAME.h5 whose NAME is a valid model name (a FIFO or a folder named *.h5 is
     not a model, and would block or fail the listing)."""
     names = []
-    for folder in (paths.MODELS, paths.IMPORTED_MODELS):
+    for folder in paths.model_folders():
         try:
             found = sorted(p.stem for p in folder.glob("*.h5") if MODEL_NAME_RE.fullmatch(p.stem) and _regular(p))
         except OSError:

@@ -3,17 +3,18 @@
 The PyTorch network is built from the same HDF5 model the project's own engine runs (pyconv.model.Model),
 layer for layer, so both see identical weights and raw 0..255 pixels. m1.1 runs it on the CPU, m1.2 on a CUDA
 GPU with cuDNN autotuning (torch.backends.cudnn.benchmark) and TF32 off, so the GPU computes in true float32
-like the project's kernels. PyTorch is optional (`pip install .[torch]`): everything here imports it lazily
+like the project's kernels. PyTorch is optional (the `torch` extra): everything here imports it lazily
 and says how to install it when it is missing. The trainer (train.py) builds its networks here too."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..core import optional
 from ..core.errors import PyconvError
 from ..core.model import Model
 
-TORCH_MISSING = "PyTorch is not installed: pip install -r requirements-torch.txt (or pip install .[torch])"
+TORCH_MISSING = optional.missing_message("torch")
 # Images per forward call on the CPU: bounds peak memory (fa18's first convolution alone produces 2 GB of
 # float32 for 10000 images); results do not depend on it beyond float rounding. The GPU takes the whole batch.
 CPU_CHUNK = 1000
@@ -21,11 +22,7 @@ CPU_CHUNK = 1000
 
 def require_torch():
     """The torch module, or a PyconvError naming the extra that installs it."""
-    try:
-        import torch
-    except ImportError:
-        raise PyconvError(TORCH_MISSING) from None
-    return torch
+    return optional.require("torch")
 
 
 def cuda_available() -> bool:

@@ -1,6 +1,6 @@
 """Running grading jobs: on Ray (an embedded local Ray, or a running cluster), or one after another without it.
 
-Ray is an optional extra (`pip install .[cluster]`). Each job is one Ray task that asks for what it needs: one
+Ray is an optional extra (`pip install '.[grade]'`). Each job is one Ray task that asks for what it needs: one
 CPU, and one GPU for milestones 3, 4 and final, so a node runs as many GPU jobs at once as it has GPUs, and Ray
 sets CUDA_VISIBLE_DEVICES to the one it gave. The job's code (this package) travels with the task; the project it
 runs is the checkout on the node (the same commit: a node with another one refuses the job).
@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ..core import optional
 from ..core.errors import PyconvError, Terminated
 from .job import JobResult, JobSpec, checkout_commit, needs_gpu, node_root, run_job
 from .sandbox import SandboxUnavailable
@@ -59,11 +60,7 @@ def address_space_problem() -> str | None:
 
 
 def ray_available() -> bool:
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return optional.available("ray")
 
 
 def visible_gpus() -> int:
@@ -92,10 +89,10 @@ def run_jobs(specs: list[JobSpec], cluster: str | None, say: Callable[[str], Non
     cluster = cluster or os.environ.get("RAY_ADDRESS") or None
     if not ray_available():
         if cluster:
-            raise PyconvError(f"--cluster {cluster} needs Ray: pip install '.[cluster]' (or pip install ray)")
+            raise optional.MissingExtra(optional.missing_message("ray", f"--cluster {cluster}"))
         if any(needs_gpu(s.milestone) for s in specs) and visible_gpus() < 1:
             raise PyconvError("milestones 3, 4 and final need a GPU, and this machine shows none")
-        say(f"Ray is not installed (pip install '.[cluster]'): grading the {len(specs)} job(s) one after another "
+        say(f"Ray is not installed ({optional.install_hint('ray')}): grading the {len(specs)} job(s) one after another "
             "in this process")
         for spec in specs:
             try:

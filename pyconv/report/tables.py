@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..bench.schema import BenchResult, Check, CpuRow, LayerResult, Stats, shape_label, worst_and_geomean
 from ..bench.schema import load as load_result
-from ..core import paths
+from ..core import optional, paths
 from ..core.errors import PyconvError
 from ..core.fileio import atomic_path, check_writable, write_text_atomic
 
@@ -538,6 +538,7 @@ def _bar_panels(groups: list[tuple[str, list[tuple[str, float, str]]]], xlabel: 
                 title: str, ref: tuple[float, str] | None = None) -> tuple[Path, bytes]:
     """One horizontal bar panel per group (title, [(label, value, colour)]); `ref` (value, label): a dashed
     vertical line on every panel."""
+    optional.require("matplotlib", "the report's plots")
     import matplotlib.pyplot as plt
 
     fig = bar_panels_figure(groups, xlabel, log, title, ref)
@@ -602,8 +603,7 @@ def ladder_plot(layer: LayerResult, gpu: str, dest: Path) -> tuple[Path, bytes]:
     """One layer's ladder: every variant in step order (x) against its op time (log y), conv alone and, where tanh
     + max-pool follow, conv + tanh + pool beside it; cuDNN and the roofline floor as horizontal lines; a variant
     with no time is marked at the bottom with why (unsupported, failed ...)."""
-    import matplotlib
-
+    matplotlib = optional.require("matplotlib", "the report's plots")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import NullFormatter

@@ -369,6 +369,8 @@ def build(build_dir: str | None = None, debug: bool = False, clean_first: bool =
     gpu, ladder: see configure_args."""
     from . import minidnn as md
 
+    paths.require_checkout("building the native modules")
+
     arch = check_cuda_arch(cuda_arch) if cuda_arch else ""
     n_jobs = check_jobs(jobs)
     minidnn = None

@@ -224,7 +224,7 @@ def grade(submissions, m="2", runs="3", batches=None, model=None, sanitize=False
         say("--no-sandbox: the teams' code runs with your rights (each record says so)")
     key = schema.grader_key(create=True)
     date = dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
-    root = paths.ROOT
+    root = paths.ROOT if project else paths.require_checkout("grading (each team's code is built with the project)")
     commit = checkout_commit(root)
     project_argv = None
     if project:

@@ -60,7 +60,8 @@ LEFT_OUT = (
     "tests/test_handout.py",
 )
 SLOTS = ("native/student/new-forward.h", "native/student/new-forward.cuh")
-# tasks.py's teachers' tasks sit between these two lines; the handout's tasks.py ends before them
+# The tasks' file: its teachers' tasks sit between these two lines; the handout's copy ends before them
+TASKS_FILE = "pyconv/cli/tasks.py"
 TASKS_BEGIN = "# --- teachers' tasks (left out of a student handout) ---"
 TASKS_END = "# --- end of teachers' tasks ---"
 
@@ -97,6 +98,8 @@ def set_default_edition(text: str, name: str) -> str:
 def write_handout(dest, root: Path = paths.ROOT, say=print, edition: str | None = None) -> Path:
     if dest is None:
         raise PyconvError("give the folder to write the handout into: invoke handout --dest DIR")
+    if root == paths.ROOT:
+        paths.require_checkout("writing a handout")
     ed = editions.get(edition)  # an unknown edition: one line, before anything is written
     dest = Path(dest).resolve()
     if dest.exists() and any(dest.iterdir()):
@@ -140,7 +143,7 @@ def _write_tree(archive: bytes, dest: Path, commit: str, edition: str | None = N
                 continue
             tar.extract(m, dest, filter="tar") if hasattr(tarfile, "data_filter") else tar.extract(m, dest)
             kept += m.isfile()
-    tasks = dest / "tasks.py"
+    tasks = dest / TASKS_FILE
     tasks.write_text(strip_teacher_tasks(tasks.read_text()))
     if edition is not None:
         table = dest / EDITIONS_FILE

@@ -20,6 +20,7 @@ import io
 import statistics
 from pathlib import Path
 
+from ..core import optional
 from ..core.errors import PyconvError, one_line
 from ..core.fileio import atomic_path, write_text_atomic
 from ..grading import schema
@@ -150,8 +151,7 @@ def figure(milestone: str, rows: list[dict], median):
     ranked = [r for r in rows if r["rank"]]
     if not ranked:
         return None
-    import matplotlib
-
+    matplotlib = optional.require("matplotlib", "the leaderboard's plot")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -192,6 +192,7 @@ def write_leaderboard(grades: Path, milestone: str | None = None, out: Path | No
     if not records:
         raise PyconvError(f"no grade records{' for milestone ' + milestone if milestone else ''} in {grades}"
                           + (f" that the grader signed ({len(refused)} refused, named above)" if refused else ""))
+    optional.require("matplotlib", "the leaderboard's plot")  # before any file is written
     out = Path(out) if out else Path(grades)
     written = []
     for m in sorted({r["milestone"] for r in records}, key=MILESTONE_ORDER.get):

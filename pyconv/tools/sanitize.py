@@ -238,7 +238,7 @@ def pick_model(model: str | None) -> str:
         return DEFAULT_MODEL
     if not names:
         raise PyconvError("no model available for the milestone run (`invoke models` lists none); "
-                          "pass --milestone none to sanitize the kernels only")
+                          "pass --m none to sanitize the kernels only")
     return names[0]
 
 
@@ -290,7 +290,7 @@ def run_sanitize(tools: str | None = None, variants: str | None = None, mileston
     if run_milestone:
         m = milestones.check_milestone(milestone)
         if m not in ("3", "4", "final"):
-            raise PyconvError(f"--milestone {m}: the sanitizer runs a GPU milestone (3, 4 or final) or none")
+            raise PyconvError(f"--m {m}: the sanitizer runs a GPU milestone (3, 4 or final) or none")
         batch = milestones.check_batch(batch)
         model = pick_model(model)
         from ..core import data

@@ -56,13 +56,14 @@ def train(arch: str, name: str, epochs: int = 2, seed: int = 0, batch_size: int 
         raise PyconvError(f"seed must be an integer and lr a number, got {seed!r}, {lr!r}") from None
     if not (lr > 0 and np.isfinite(lr)):
         raise PyconvError(f"lr must be a positive number, got {lr}")
-    dest = Path(dest) if dest is not None else paths.MODELS / f"{name}.h5"
+    dest = Path(dest) if dest is not None else paths.USER_MODELS / f"{name}.h5"
     if dest.exists() and not force:
         raise PyconvError(f"{dest} exists; pass --force to overwrite it")
     check_writable(dest, "model file")  # now, not after minutes of training
     torch = require_torch()
     from tqdm import tqdm
 
+    data.prepare_train()  # the training split is written only when training asks for it
     x_all, y_all = data.load_train(spec.input_size)
     x_all = torch.from_numpy(np.ascontiguousarray(x_all))
     y_all = torch.from_numpy(np.asarray(y_all, dtype=np.int64))
