@@ -90,7 +90,10 @@ def test_a_wrong_shape_names_the_semester():
     assert evidence[1].startswith("Fall 2019 conv1 B=4 C=1 H=70 W=70 M=12 K=5")
 
 
-def test_grade_records_carry_the_edition_and_old_records_still_load(tmp_path):
+def test_grade_records_carry_the_edition_and_older_records_are_refused(tmp_path):
+    """A record keeps its edition and performance grade under the grader's signature; a record of an older version
+    (no edition, no signature) is refused by name, and the signed one still loads beside it."""
+    key = b"k" * 32
     rec = schema.new_record(team="t", members=[], milestone="final", model="ece408-86", files={}, batches=[10000],
                             runs=1, sanitize=False, device="d", host="h", date="2026-01-01", commit="c",
                             edition="2021fa")
@@ -98,13 +101,14 @@ def test_grade_records_carry_the_edition_and_old_records_still_load(tmp_path):
                performance=editions.performance_grade(editions.get("2021fa"), 120.0))
     schema.finish(rec, "ok", None, [])
     assert rec["edition"] == "2021fa" and rec["performance"] == pytest.approx(0.5)
-    old = {k: v for k, v in rec.items() if k not in ("edition", "performance")}
+    old = {k: v for k, v in rec.items() if k not in ("edition", "performance", "signature")}
     old.update(version=1, team="old")
     (tmp_path / "old-mfinal.json").write_text(json.dumps(old))
-    schema.write_record(tmp_path, rec)
-    loaded = {r["team"]: r for r in schema.load_records(tmp_path)}
-    assert loaded["old"]["edition"] is None and loaded["old"]["performance"] is None
-    assert loaded["t"]["performance"] == pytest.approx(0.5)
+    schema.write_record(tmp_path, rec, key)
+    records, refused = schema.read_records(tmp_path, key)
+    assert [r["team"] for r in records] == ["t"] and records[0]["performance"] == pytest.approx(0.5)
+    assert records[0]["edition"] == "2021fa"
+    assert [p.name for p, _ in refused] == ["old-mfinal.json"]
 
 
 def test_the_fixture_teams_graded_by_edition(tmp_path, monkeypatch):
