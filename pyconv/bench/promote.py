@@ -1,4 +1,4 @@
-"""`invoke promote RUN.json`: a bench run moved into results/, then everything results/ feeds regenerated from the
+"""`invoke promote --run RUN.json`: a bench run moved into results/, then everything results/ feeds regenerated from the
 bench files it then holds: each GPU's evidence (what `final` chooses from, pyconv.bench.evidence.rebuild), the
 report page and its plots, and the README's summary table (pyconv.report).
 

@@ -364,15 +364,14 @@ def report(c, json=None, out=None, readme=False):
         print(f"rewrote the benchmark summary of {r.update_readme(results)}")
 
 
-@task(help={"run": "the bench JSON to move into results/ (new runs are written to results/runs/)"},
-      positional=["run"])
+@task(help={"run": "the bench JSON to move into results/ (new runs are written to results/runs/)"})
 @user_errors
 def promote(c, run=None):
     """Move a bench run into results/; regenerate the evidence, results/report.md and the README's summary."""
     from pyconv.bench.promote import promote as move
 
     if run is None:
-        raise Exit("error: name the run: invoke promote results/runs/bench-....json", code=1)
+        raise UsageError("--run is required: invoke promote --run results/runs/bench-....json")
     move(run)
 
 
