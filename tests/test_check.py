@@ -26,7 +26,7 @@ def last_line(r) -> str:
 
 def test_without_a_folder_or_its_files_one_line(tmp_path):
     r = invoke("check")
-    assert r.returncode == 1 and last_line(r).startswith("error: --student DIR is required"), r.stderr
+    assert r.returncode == 2 and last_line(r).startswith("error: --student DIR is required"), r.stderr  # usage
     r = invoke("check", "--student", tmp_path)
     assert r.returncode == 1 and "holds neither new-forward.h nor new-forward.cuh" in last_line(r), r.stderr
     shutil.copy(SLOT / "new-forward.cuh", tmp_path)

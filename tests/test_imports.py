@@ -16,7 +16,7 @@ PACKAGE = ROOT / "pyconv"
 LAYERS = [
     ("core", ["pyconv", "pyconv.core"]),
     ("native", ["pyconv.native"]),
-    ("descriptors", ["pyconv.variants", "pyconv.verify", "pyconv.evidence", "pyconv.autotune"]),
+    ("descriptors", ["pyconv.variants", "pyconv.verify", "pyconv.evidence", "pyconv.autotune", "pyconv.ladder"]),
     ("plan", ["pyconv.plan"]),
     ("engines", ["pyconv.engines"]),
     ("bench schema", ["pyconv.bench.schema"]),

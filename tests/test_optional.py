@@ -80,7 +80,7 @@ def run_without(module: str, *argv: str, cwd=ROOT):
 
 
 def test_the_report_without_matplotlib_is_one_line_and_writes_nothing(tmp_path):
-    bench = ROOT / "results" / "bench-cpu-intel-r-xeon-r-processor-2026-11-22.json"
+    bench = ROOT / "results" / "bench-cpu-amd-epyc-2026-11-23.json"
     r = run_without("matplotlib", "report", "--json", str(bench), "--out", str(tmp_path / "r.md"))
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stderr.strip().splitlines() == [

@@ -4,6 +4,7 @@ that become file names. Callers word their own messages; these only decide what 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from .errors import PyconvError
 
@@ -60,3 +61,12 @@ def check_batch(batch) -> int:
     if not 1 <= n <= MAX_BATCH:
         raise PyconvError(f"batch must be an integer between 1 and {MAX_BATCH}, got {n}")
     return n
+
+
+def cmake_safe(path: Path, what: str) -> Path:
+    """CMake splits a value at `;` (a list): a path holding one reaches the compiler as two paths, and the build
+    would go on without the half it lost. Refused in one line."""
+    if ";" in str(path):
+        raise PyconvError(f"{what} {str(path)!r} holds a ';', which CMake reads as a list separator: rename or "
+                          "move the folder")
+    return path

@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from ..core import paths
+from ..core.checks import cmake_safe
 from ..core.errors import PyconvError, one_line
 
 # What CMake accepts in CMAKE_CUDA_ARCHITECTURES: native | all | all-major | a list of numbers with optional
@@ -75,15 +76,6 @@ def check_jobs(value) -> int:
     if n < 0:
         raise PyconvError(f"--jobs must be a non-negative integer, got {n}")
     return n or os.cpu_count() or 1
-
-
-def cmake_safe(path: Path, what: str) -> Path:
-    """CMake splits a value at `;` (a list): a path holding one reaches the compiler as two paths, and the build
-    would go on without the half it lost. Refused in one line."""
-    if ";" in str(path):
-        raise PyconvError(f"{what} {str(path)!r} holds a ';', which CMake reads as a list separator: rename or "
-                          "move the folder")
-    return path
 
 
 def build_folder(build_dir: str) -> Path:

@@ -181,6 +181,7 @@ def figure(milestone: str, rows: list[dict], median):
 
 def write_leaderboard(grades: Path, milestone: str | None = None, out: Path | None = None,
                       say=print) -> list[Path]:
+    optional.require("matplotlib", "the leaderboard's plot")  # first: before anything is read or written
     records, refused = schema.read_records(grades)
     for path, why in refused:
         say(f"refused {path}: {one_line(why)}")
@@ -192,7 +193,6 @@ def write_leaderboard(grades: Path, milestone: str | None = None, out: Path | No
     if not records:
         raise PyconvError(f"no grade records{' for milestone ' + milestone if milestone else ''} in {grades}"
                           + (f" that the grader signed ({len(refused)} refused, named above)" if refused else ""))
-    optional.require("matplotlib", "the leaderboard's plot")  # before any file is written
     out = Path(out) if out else Path(grades)
     written = []
     for m in sorted({r["milestone"] for r in records}, key=MILESTONE_ORDER.get):

@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core import paths
+from ..core.checks import cmake_safe
 from ..core.errors import PyconvError
 
 INTERFACE_OF = {
@@ -71,8 +72,6 @@ def gpu_file(generation: str, name: str | None) -> str:
 def student_folder(student: str, generation: str, gpu: str) -> Path:
     """The folder holding the student's files: DIR itself, or the course's custom/ folder below it (LAYOUTS).
     One line when none holds cpu-new-forward.cc or the GPU file."""
-    from .build import cmake_safe
-
     d = cmake_safe(Path(student).expanduser().resolve(), "--student")
     if not d.is_dir():
         raise PyconvError(f"--student {student!r}: {d} is not a folder")
