@@ -374,14 +374,18 @@ def native_dir_set(folder: Path | None):
             os.environ[native.ENV_DIR] = before
 
 
-def check_student_variant(student: str, sdir: Path, m: str, impl: str) -> None:
+def check_student_variant(student: str, sdir: Path, m: str, impl: str, edition: str | None = None) -> None:
     """The student's build must hold the student's variant: a build that left the student's file out (it was
     missing, or its folder's path was split) would otherwise be blamed on --impl."""
     found = variants.cpu_variants() if m == "2" else variants.gpu_variants()
     if impl not in {v.name for v in found}:
-        header = "the student's CPU file" if m == "2" else "the student's GPU file"
+        if edition is None:
+            header, again = ("new-forward.h" if m == "2" else "new-forward.cuh"), f"invoke build --student {student}"
+        else:
+            header = "the student's CPU file" if m == "2" else "the student's GPU file"
+            again = f"invoke build --edition {edition} --student {student}"
         raise PyconvError(f"--student {student}: the build in {sdir} holds no {impl}: {header} was not compiled into "
-                          f"it; run `invoke build --student {student}` (with its --edition) again")
+                          f"it; run `{again}` again")
 
 
 def _run_checked(m: str, batch: int, model: str, impl: str | None, posix: bool, device: str, gpus: str,
@@ -400,21 +404,21 @@ def _run_checked(m: str, batch: int, model: str, impl: str | None, posix: bool, 
     data.check(loaded.input_size)  # a foreign or damaged data file is named here, not in the child
     data.check_model_input(loaded.name, loaded.input_shape)  # a model the images cannot feed
     if m == "2":
-        native.cpu()  # a module that is missing or does not load (a wrong $PYCONV_NATIVE_DIR): one line here
-        if sdir is not None:
-            check_student_variant(student, sdir, m, impl)
-        make_plan(m, loaded, batch, impl)  # an --impl milestone 2 cannot run: one line here
-    if m == "2":
         from ..engines.cpu import check_memory, peak_bytes
 
+        # first: a model the machine cannot hold is refused whatever variant would run it
         check_memory(peak_bytes(loaded, batch), f"milestone 2 on model '{loaded.name}' at batch {batch}")
+        native.cpu()  # a module that is missing or does not load (a wrong $PYCONV_NATIVE_DIR): one line here
+        if sdir is not None:
+            check_student_variant(student, sdir, m, impl, edition)
+        make_plan(m, loaded, batch, impl)  # an --impl milestone 2 cannot run: one line here
     env = paths.python_env(env)
     if sdir is not None:
         env = {**env, native.ENV_DIR: str(sdir)}
     if m in ("3", "4", "final"):
         native.gpu()  # no GPU or no CUDA build: one line here rather than a failing child
         if sdir is not None:
-            check_student_variant(student, sdir, m, impl)
+            check_student_variant(student, sdir, m, impl, edition)
         if impl is not None:
             make_plan(m, loaded, batch, impl, fallback)  # an unknown or refused --impl: one line here
     if m == "1":
